@@ -1,0 +1,195 @@
+/* hpalloc — huge-page backed memory for large (NumPy) arrays.
+ *
+ * One public header, prefix hp_.  Every function is thread-safe and
+ * fork-safe.  Failures return NULL or -1 with errno set; the library never
+ * aborts and never prints unless the `verbose` knob asks it to.
+ */
+#ifndef HPALLOC_H
+#define HPALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HP_API __attribute__((visibility("default")))
+#else
+#define HP_API
+#endif
+
+/* ---- allocation -------------------------------------------------------
+ * Below the `threshold` knob: libc memory, 64-byte aligned.  At or above it:
+ * huge pages according to `mode` (hugetlb, thp, auto) and `fallback`.
+ * Pointers are routed by address on free, so a wrong size hint, or knobs
+ * changed between allocation and free, never misroute a block. */
+HP_API void *hp_malloc(size_t size);
+HP_API void *hp_calloc(size_t nmemb, size_t size);
+HP_API void *hp_realloc(void *ptr, size_t size);
+HP_API void hp_free(void *ptr);
+/* `size` is only a hint (NumPy passes wrong sizes for shapes containing 0). */
+HP_API void hp_free_sized(void *ptr, size_t size);
+HP_API size_t hp_usable_size(const void *ptr);
+
+/* An allocation on hugetlb pages of `pagesize` bytes (2 MiB or 1 GiB; 0 = the
+ * `pagesize` knob) whatever the size and `threshold`.  Pool short: the
+ * `fallback` knob decides.  zero != 0 returns zeroed memory. */
+HP_API void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero);
+
+/* ---- NEP 49 shaped entry points ----------------------------------------
+ * Signatures of NumPy's PyDataMemAllocator, so the NumPy handler is a table
+ * of these and nothing else.  ctx is NULL (follow the knobs) or a context
+ * from hp_ctx_pagesize(). */
+HP_API void *hp_ctx_malloc(void *ctx, size_t size);
+HP_API void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize);
+HP_API void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size);
+HP_API void hp_ctx_free(void *ctx, void *ptr, size_t size);
+/* An immortal context forcing hugetlb pages of `pagesize` (2 MiB or 1 GiB):
+ * allocations through it ignore `threshold` and `mode`.  NULL + EINVAL for
+ * a page size the kernel does not offer. */
+HP_API void *hp_ctx_pagesize(size_t pagesize);
+
+/* ---- where memory lives ------------------------------------------------ */
+enum hp_backend {
+	HP_BACKEND_SMALL = 0, /* libc (ordinary path) */
+	HP_BACKEND_THP = 1,   /* own 2 MiB aligned mapping + MADV_HUGEPAGE */
+	HP_BACKEND_HUGETLB = 2, /* MAP_HUGETLB */
+	HP_BACKEND_COUNT
+};
+HP_API const char *hp_backend_name(int backend); /* "small" "thp" "hugetlb" */
+
+/* What the kernel reports, from /proc/self/smaps, for a range. */
+struct hp_kernel_backing {
+	size_t kernel_page_size; /* KernelPageSize of the (first) mapping  */
+	size_t rss_bytes;        /* Rss summed over the range's mappings   */
+	size_t anon_huge_bytes;  /* AnonHugePages (THP)                    */
+	size_t hugetlb_bytes;    /* Private_Hugetlb + Shared_Hugetlb       */
+	size_t huge_bytes;       /* anon_huge_bytes + hugetlb_bytes        */
+	int thp_eligible;        /* "hg" in VmFlags (MADV_HUGEPAGE)        */
+};
+/* Sum of the smaps entries overlapping [addr, addr+len). -1 + errno. */
+HP_API int hp_kernel_backing(const void *addr, size_t len,
+			     struct hp_kernel_backing *out);
+
+struct hp_backing {
+	int backend;             /* enum hp_backend                        */
+	size_t usable_size;      /* hp_usable_size() of the block          */
+	size_t mapping_size;     /* bytes mapped for it (0 for small)      */
+	size_t requested_page_size; /* page size hpalloc asked for         */
+	struct hp_kernel_backing kernel; /* smaps, over the block's range  */
+};
+/* Backing of the hpalloc block containing ptr (interior pointers work).
+ * -1 + EINVAL if ptr is NULL. */
+HP_API int hp_backing(const void *ptr, struct hp_backing *out);
+
+/* ---- statistics ---------------------------------------------------------
+ * A snapshot is an array of counters indexed by enum hp_stat; names come
+ * from hp_stat_name(), so every consumer (hpctl, Python, the published
+ * per-process file) prints the same table. */
+enum hp_stat {
+	HP_STAT_SMALL_LIVE_BYTES,
+	HP_STAT_SMALL_LIVE_BLOCKS,
+	HP_STAT_THP_LIVE_BYTES,
+	HP_STAT_THP_LIVE_BLOCKS,
+	HP_STAT_HUGETLB_LIVE_BYTES,
+	HP_STAT_HUGETLB_LIVE_BLOCKS,
+	HP_STAT_MAPPED_BYTES,     /* huge mappings incl. cached ones      */
+	HP_STAT_CACHED_BYTES,
+	HP_STAT_CACHED_BLOCKS,
+	HP_STAT_CACHE_HITS,
+	HP_STAT_CACHE_MISSES,
+	HP_STAT_CACHE_EVICTIONS,  /* pushed out by cache_max              */
+	HP_STAT_CACHE_DECAYS,     /* released after cache_decay_ms idle   */
+	HP_STAT_FALLBACKS,        /* hugetlb failed, fallback used        */
+	HP_STAT_FAILURES,         /* NULL returned                        */
+	HP_STAT_RELEASED_BYTES,   /* returned to the kernel               */
+	HP_STAT_URING_RELEASES,   /* releases submitted to io_uring       */
+	HP_STAT_SYNC_RELEASES,    /* releases done in the calling thread  */
+	HP_STAT_REALLOC_INPLACE,  /* grown/shrunk without copying         */
+	HP_STAT_REALLOC_COPIES,
+	HP_STAT_CONFIG_GENERATION, /* bumps on every effective knob change */
+	HP_STAT_CONFIG_REJECTS,   /* rejected knob values / control files */
+	HP_STAT_COUNT
+};
+struct hp_stats {
+	uint64_t v[HP_STAT_COUNT];
+};
+HP_API int hp_stats_get(struct hp_stats *out);
+HP_API const char *hp_stat_name(int stat); /* "thp_live_bytes", NULL if out of range */
+
+/* ---- knobs ---------------------------------------------------------------
+ * One table in the library defines every knob (name, type, default, bounds,
+ * parser, canonical printer, help).  Environment (HPALLOC_<KNOB>), control
+ * directory, hpctl and Python all go through these calls. */
+enum hp_source {
+	HP_SOURCE_DEFAULT = 0,
+	HP_SOURCE_CONTROL, /* control directory file                 */
+	HP_SOURCE_ENV,     /* HPALLOC_<KNOB>                         */
+	HP_SOURCE_PROCESS, /* per-process override: hp_knob_set, hpctl -p */
+	HP_SOURCE_COUNT
+};
+HP_API const char *hp_source_name(int source); /* "default" "control" "env" "process" */
+
+#define HP_KNOB_VALUE_MAX 64
+#define HP_KNOB_ERROR_MAX 256
+
+struct hp_knob_info {
+	const char *name;       /* "threshold"                                */
+	const char *type;       /* "choice" "size" "integer"                  */
+	const char *help;       /* one line                                   */
+	const char *accepted;   /* what is accepted, for error messages       */
+	const char *choices;    /* "auto hugetlb thp off" or NULL             */
+	char default_value[HP_KNOB_VALUE_MAX];
+	char value[HP_KNOB_VALUE_MAX]; /* effective value, canonical form      */
+	int source;             /* enum hp_source of the effective value      */
+	char rejected[HP_KNOB_ERROR_MAX]; /* last rejected input and why, or "" */
+};
+
+HP_API int hp_knob_count(void);
+HP_API int hp_knob_index(const char *name); /* -1 + ENOENT if unknown */
+HP_API int hp_knob_info(int index, struct hp_knob_info *out);
+/* Validate without applying: canonical form into canon, or -1 with a
+ * message naming the knob, the bad value and what is accepted in err. */
+HP_API int hp_knob_parse(const char *name, const char *text,
+			 char *canon, size_t canon_len,
+			 char *err, size_t err_len);
+/* Body of the knob's control file for a canonical value, ending in "\n":
+ * "auto [hugetlb] thp off\n" for choices, "4M\n" for sizes. */
+HP_API int hp_knob_render(const char *name, const char *canon,
+			  char *buf, size_t buf_len);
+/* Inverse of render for a control file body: accepts a plain value or a
+ * bracketed choice list with exactly one bracketed valid choice. */
+HP_API int hp_knob_parse_file(const char *name, const char *body,
+			      char *canon, size_t canon_len,
+			      char *err, size_t err_len);
+/* Per-process override (highest precedence).  Invalid: -1 + EINVAL, nothing
+ * changes. */
+HP_API int hp_knob_set(const char *name, const char *text);
+/* Drop the per-process override of one knob (NULL: all). */
+HP_API int hp_knob_unset(const char *name);
+/* Effective value, canonical, into buf; returns its source or -1. */
+HP_API int hp_knob_get(const char *name, char *buf, size_t len);
+
+/* Sizes: plain bytes or binary K/M/G/T suffix ("4M" = 4194304).  Rejects
+ * negatives, overflow, empty, unknown suffixes, trailing junk. */
+HP_API int hp_parse_size(const char *text, uint64_t *out);
+/* Canonical size: largest exact binary suffix ("4M", "1536K", "100"). */
+HP_API int hp_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- maintenance ---------------------------------------------------------- */
+/* Wait until every asynchronous release submitted so far has completed. */
+HP_API void hp_release_drain(void);
+/* Release every cached block now (e.g. before measuring RSS). */
+HP_API void hp_cache_flush(void);
+/* Re-read the control directory now (the library also does it by itself
+ * at least once a second). */
+HP_API void hp_control_reload(void);
+
+HP_API const char *hp_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HPALLOC_H */

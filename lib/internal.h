@@ -1,0 +1,164 @@
+/* Private interfaces between the files of lib/.  Not installed.
+ *
+ * Who owns what:
+ *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
+ *   heap.c     hp_malloc & co: routing by size, registry of huge blocks, realloc
+ *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
+ *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
+ *   release.c  giving pages back: io_uring or synchronous; the janitor thread
+ *   stats.c    counters
+ *   smaps.c    what the kernel says (/proc/self/smaps)
+ *   lifecycle.c  lazy init, fork handlers, exit
+ *   control.c  control directory: secure reading, live reload
+ *   publish.c  per-process stats file for hpctl
+ */
+#ifndef HP_INTERNAL_H
+#define HP_INTERNAL_H
+
+#include "hpalloc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HP_HIDDEN __attribute__((visibility("hidden")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define HP_KiB ((size_t)1 << 10)
+#define HP_MiB ((size_t)1 << 20)
+#define HP_GiB ((size_t)1 << 30)
+#define HP_SMALL_ALIGN 64
+#define HP_THP_SIZE (2 * HP_MiB)
+#define HP_BASE_PAGE ((size_t)4096)
+
+static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* ---- knobs.c ---------------------------------------------------------- */
+enum hp_knob_id {
+	KNOB_MODE,
+	KNOB_THRESHOLD,
+	KNOB_PAGESIZE,
+	KNOB_FALLBACK,
+	KNOB_CACHE_MAX,
+	KNOB_CACHE_DECAY_MS,
+	KNOB_URING,
+	KNOB_VERBOSE,
+	KNOB_COUNT
+};
+enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
+enum hp_fallback { FALLBACK_THP, FALLBACK_SMALL, FALLBACK_FAIL };
+/* pagesize knob value: 0 = auto, else bytes */
+
+/* Effective values, read lock-free on the allocation path. */
+struct hp_config {
+	_Atomic int mode;
+	_Atomic size_t threshold;
+	_Atomic size_t pagesize;
+	_Atomic int fallback;
+	_Atomic size_t cache_max;
+	_Atomic uint64_t cache_decay_ms;
+	_Atomic int uring;
+	_Atomic int verbose;
+};
+HP_HIDDEN extern struct hp_config hp_cfg;
+
+HP_HIDDEN void knobs_init(void);           /* defaults + environment */
+/* Set (canon != NULL) or clear (canon == NULL) one layer of a knob and
+ * recompute the effective value.  canon must be canonical (from parse). */
+HP_HIDDEN int knobs_set_layer(int knob, int source, const char *canon);
+HP_HIDDEN void knobs_clear_source(int source); /* drop a whole layer */
+/* Record why an input was refused: visible in hp_knob_info().rejected,
+ * counted in stats, logged when verbose. */
+HP_HIDDEN void knobs_note_reject(int knob, const char *why);
+HP_HIDDEN const char *knob_name(int knob);
+
+/* ---- log (knobs.c) -------------------------------------------------------- */
+HP_HIDDEN void hp_log(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---- os.c ------------------------------------------------------------------ */
+/* A mapping hpalloc owns.  addr is aligned to the page size it asked for. */
+struct hp_map {
+	void *addr;
+	size_t len;      /* mapped bytes (multiple of page)    */
+	size_t pagesize; /* 4096 for thp, 2M/1G for hugetlb  */
+	int backend;     /* HP_BACKEND_THP or HP_BACKEND_HUGETLB */
+};
+HP_HIDDEN int os_map_thp(size_t size, struct hp_map *out);
+HP_HIDDEN int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out);
+HP_HIDDEN int os_unmap(void *addr, size_t len);
+/* Grow a THP mapping without copying (in place, else moved to a 2 MiB
+ * aligned place).  On success *m is updated. */
+HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
+HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
+/* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
+HP_HIDDEN long os_pool_available(size_t pagesize);
+/* Page size for mode=hugetlb/auto given the knob (0 = auto) and request. */
+HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size);
+
+/* ---- blocks, heap.c ---------------------------------------------------------- */
+struct hp_block {
+	struct hp_map map;
+	size_t size;              /* usable size handed out            */
+	bool dirty;               /* pages may hold old data           */
+	uint64_t cached_at_ms;    /* when it entered the cache         */
+	struct hp_block *hnext;   /* registry hash chain               */
+	struct hp_block *prev, *next; /* cache bucket / LRU / release list */
+	struct hp_block *lru_prev, *lru_next;
+	int bucket;
+};
+HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
+
+/* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
+HP_HIDDEN struct hp_block *cache_take(int backend, size_t pagesize, size_t size);
+/* Takes ownership; returns blocks pushed out (to release after unlocking). */
+HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
+HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
+HP_HIDDEN struct hp_block *cache_take_all(void);
+HP_HIDDEN void cache_reset_after_fork(void);
+
+/* ---- release.c ------------------------------------------------------------------ */
+/* Give a list (linked by ->next) of blocks back to the kernel and free the
+ * records: via io_uring when enabled and available, else synchronously. */
+HP_HIDDEN void release_blocks(struct hp_block *list);
+HP_HIDDEN void release_drain(void);
+HP_HIDDEN bool release_uring_available(void);
+HP_HIDDEN void janitor_wake(void);         /* new cache deadline etc. */
+HP_HIDDEN void release_prepare_fork(void);
+HP_HIDDEN void release_parent_after_fork(void);
+HP_HIDDEN void release_child_after_fork(void);
+
+/* ---- stats.c ------------------------------------------------------------------- */
+HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
+static inline void stat_add(int s, uint64_t n)
+{
+	atomic_fetch_add_explicit(&hp_counters[s], n, memory_order_relaxed);
+}
+static inline void stat_sub(int s, uint64_t n)
+{
+	atomic_fetch_sub_explicit(&hp_counters[s], n, memory_order_relaxed);
+}
+HP_HIDDEN void stats_live_add(int backend, size_t bytes);
+HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
+
+/* ---- lifecycle.c -------------------------------------------------------------- */
+HP_HIDDEN extern _Atomic int hp_initialized;
+HP_HIDDEN void hp_init_slow(void);
+static inline void hp_init(void)
+{
+	if (unlikely(!atomic_load_explicit(&hp_initialized, memory_order_acquire)))
+		hp_init_slow();
+}
+HP_HIDDEN uint64_t hp_now_ms(void);
+
+/* ---- control.c / publish.c ------------------------------------------------------ */
+HP_HIDDEN void control_init(void);      /* first read of the control dir  */
+HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
+HP_HIDDEN void control_child_after_fork(void);
+HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
+HP_HIDDEN void publish_exit(void);
+
+#endif
