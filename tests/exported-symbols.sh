@@ -1,0 +1,51 @@
+#!/bin/bash
+# The shared library's ABI: SONAME libhpalloc.so.1, every dynamic symbol it
+# defines is public (hp_*), and every function include/hpalloc.h declares
+# is exported.  Internals must stay hidden (-fvisibility=hidden), so that
+# programs cannot come to depend on them.
+set -euo pipefail
+
+so=$(ls "$abs_top_builddir"/lib/.libs/libhpalloc.so.*.*.* 2>/dev/null | head -n1)
+if [ -z "$so" ]; then
+	echo "no built lib/.libs/libhpalloc.so.*: shared library disabled?" >&2
+	exit 1
+fi
+status=0
+
+soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+echo "SONAME: $soname"
+if [ "$soname" != libhpalloc.so.1 ]; then
+	echo "SONAME should be libhpalloc.so.1 (-version-info 1:0:0)" >&2
+	status=1
+fi
+
+# Defined dynamic symbols; the linker's own markers are not ours.
+exported=$(nm -D --defined-only "$so" | awk '{print $NF}' |
+	grep -vxE '_init|_fini|_edata|_end|__bss_start' | sort -u)
+stray=$(grep -v '^hp_' <<<"$exported" || true)
+if [ -n "$stray" ]; then
+	echo "exported symbols outside the public hp_ namespace:" >&2
+	echo "$stray" >&2
+	status=1
+fi
+
+declared=$(sed -n 's/^HP_API[^(]*[ *]\(hp_[a-z0-9_]*\)(.*/\1/p' \
+	"$abs_top_srcdir/include/hpalloc.h" | sort -u)
+if [ -z "$declared" ]; then
+	echo "found no HP_API declarations in include/hpalloc.h" >&2
+	exit 1
+fi
+missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
+if [ -n "$missing" ]; then
+	echo "declared in hpalloc.h but not exported:" >&2
+	echo "$missing" >&2
+	status=1
+fi
+extra=$(comm -13 <(echo "$declared") <(grep '^hp_' <<<"$exported" || true))
+if [ -n "$extra" ]; then
+	echo "exported but not declared in hpalloc.h:" >&2
+	echo "$extra" >&2
+	status=1
+fi
+echo "$(wc -l <<<"$exported") exported symbols checked against $(wc -l <<<"$declared") declarations"
+exit $status
