@@ -1,7 +1,573 @@
-/* Control directory: placeholder until the control plane lands. */
+/* Control directory: secure reading and live reload of knob files.
+ *
+ * The control directory ($HPALLOC_CONTROL_DIR, else /run/hpalloc for root,
+ * else $XDG_RUNTIME_DIR/hpalloc) holds one file per knob, named like the
+ * knob, whose body is what hp_knob_render() prints.  Values found there form
+ * the HP_SOURCE_CONTROL layer.  <dir>/proc/<pid>/override/<knob> files,
+ * written by `hpctl -p PID set`, form this process's HP_SOURCE_PROCESS layer.
+ *
+ * All the work happens in control_poll(), called by the janitor thread about
+ * every 250 ms (and by hp_control_reload()): the allocation path never looks
+ * at any of this, it only reads hp_cfg.  A poll costs one open+fstat of the
+ * directory and one fstatat per knob file; a file is re-read only when its
+ * identity (inode, size, mtime, ctime, owner, mode) changed.
+ *
+ * Security: a file is used only if it is a regular file (never through a
+ * symlink), owned by our euid or root, not writable by group/others and at
+ * most HP_CONTROL_FILE_MAX bytes; the same owner/mode rules hold for every
+ * directory on the way.  Secure-execution processes (setuid/setgid,
+ * AT_SECURE) ignore the control directory entirely.  A refused file never
+ * changes behaviour: the layer keeps its last good value and the reason goes
+ * to knobs_note_reject().
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
 #include "internal.h"
 
-void control_init(void) {}
-void control_poll(void) {}
-void control_child_after_fork(void) {}
-void hp_control_reload(void) { hp_init(); control_poll(); }
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What we remember about one knob file between polls. */
+struct file_state {
+	bool present;        /* existed at the last poll                    */
+	bool recheck;        /* modified "just now": identity may lie, re-read */
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	mode_t mode;
+	uid_t uid;
+	struct timespec mtime, ctime;
+	bool applied;        /* we set the layer from this file             */
+	char canon[HP_KNOB_VALUE_MAX];      /* value we applied             */
+	char why[HP_KNOB_ERROR_MAX];        /* last reason we noted, or ""  */
+};
+
+/* One directory whose files form a knob layer. */
+struct layer {
+	int source;                         /* HP_SOURCE_CONTROL / _PROCESS */
+	struct file_state files[KNOB_COUNT];
+	char dir_why[HP_KNOB_ERROR_MAX];    /* last reason the dir was refused */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	bool initialized;
+	bool enabled;                 /* a control directory is configured  */
+	char dir[PATH_MAX];
+	struct layer control;
+	struct layer override;
+} C = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.control = { .source = HP_SOURCE_CONTROL },
+	.override = { .source = HP_SOURCE_PROCESS },
+};
+
+/* ---- helpers shared with publish.c and hpctl ------------------------------ */
+
+bool control_secure_exec(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
+
+int control_dir_resolve(char *buf, size_t len)
+{
+	const char *env = getenv("HPALLOC_CONTROL_DIR");
+	int n;
+
+	if (control_secure_exec()) {
+		errno = EPERM;
+		return -1;
+	}
+	if (env && *env)
+		n = snprintf(buf, len, "%s", env);
+	else if (geteuid() == 0)
+		n = snprintf(buf, len, "%s", HP_CONTROL_DIR_ROOT);
+	else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
+		n = snprintf(buf, len, "%s/hpalloc", env);
+	else {
+		errno = ENOENT;
+		return -1;
+	}
+	if (n < 0 || (size_t)n >= len) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/* Owner and mode rules common to files and directories. */
+static int check_owner_mode(const struct stat *st, char *why, size_t wl)
+{
+	if (st->st_uid != geteuid() && st->st_uid != 0) {
+		snprintf(why, wl, "owned by uid %u, not by uid %u or root",
+			 (unsigned)st->st_uid, (unsigned)geteuid());
+		return -1;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, wl, "writable by group or others (mode %04o)",
+			 (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+int control_check_dir_fd(int fd, char *why, size_t wl)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) != 0) {
+		snprintf(why, wl, "fstat: %s", strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, wl, "not a directory");
+		return -1;
+	}
+	return check_owner_mode(&st, why, wl);
+}
+
+int control_open_dir(int dirfd, const char *path, char *why, size_t wl)
+{
+	int fd = openat(dirfd, path,
+			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0) {
+		if (errno == ELOOP)
+			snprintf(why, wl, "is a symbolic link");
+		else if (errno == ENOTDIR)
+			snprintf(why, wl, "not a directory (or a symbolic link)");
+		else
+			snprintf(why, wl, "%s", strerror(errno));
+		return -1;
+	}
+	if (control_check_dir_fd(fd, why, wl) != 0) {
+		close(fd);
+		errno = EACCES;
+		return -1;
+	}
+	return fd;
+}
+
+int control_open_path(int at, const char *rel, char *why, size_t wl)
+{
+	char part[NAME_MAX + 1];
+	int fd = at;
+
+	while (*rel) {
+		size_t n = strcspn(rel, "/");
+		int next;
+
+		if (n == 0 || n > NAME_MAX) {
+			snprintf(why, wl, "bad path component");
+			errno = EINVAL;
+			goto fail;
+		}
+		memcpy(part, rel, n);
+		part[n] = '\0';
+		next = control_open_dir(fd, part, why, wl);
+		if (next < 0)
+			goto fail;
+		if (fd != at)
+			close(fd);
+		fd = next;
+		rel += n;
+		rel += strspn(rel, "/");
+	}
+	return fd == at ? dup(at) : fd;
+fail:
+	if (fd != at) {
+		int saved = errno;
+		close(fd);
+		errno = saved;
+	}
+	return -1;
+}
+
+/* Read all of fd (at most cap - 1 bytes plus one to detect growth). */
+static ssize_t read_small(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+
+	while (got < cap - 1) {
+		ssize_t n = read(fd, buf + got, cap - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	buf[got] = '\0';
+	return (ssize_t)got;
+}
+
+int control_read_file(int dirfd, const char *name, char *buf, size_t cap,
+		      char *why, size_t wl)
+{
+	char body[HP_CONTROL_FILE_MAX + 2];
+	struct stat st;
+	ssize_t n;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			O_CLOEXEC | O_NOCTTY);
+
+	if (fd < 0) {
+		if (errno == ELOOP)
+			snprintf(why, wl, "is a symbolic link");
+		else
+			snprintf(why, wl, "open: %s", strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, wl, "not a regular file");
+		goto refuse;
+	}
+	if (check_owner_mode(&st, why, wl) != 0)
+		goto refuse;
+	if (st.st_size > HP_CONTROL_FILE_MAX) {
+		snprintf(why, wl, "larger than %d bytes", HP_CONTROL_FILE_MAX);
+		goto refuse;
+	}
+	n = read_small(fd, body, sizeof(body));
+	if (n < 0) {
+		snprintf(why, wl, "read: %s", strerror(errno));
+		goto refuse;
+	}
+	if (n > HP_CONTROL_FILE_MAX) {
+		snprintf(why, wl, "larger than %d bytes", HP_CONTROL_FILE_MAX);
+		goto refuse;
+	}
+	if (memchr(body, '\0', (size_t)n)) {
+		snprintf(why, wl, "contains a NUL byte");
+		goto refuse;
+	}
+	close(fd);
+	if ((size_t)n >= cap) {
+		snprintf(why, wl, "larger than %zu bytes", cap - 1);
+		return -1;
+	}
+	memcpy(buf, body, (size_t)n + 1);
+	return 0;
+refuse:
+	close(fd);
+	return -1;
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, data, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int control_write_atomic(int dirfd, const char *name, const char *data,
+			 size_t len, mode_t mode, bool durable)
+{
+	char tmp[NAME_MAX + 1];
+	int fd, saved;
+
+	if (snprintf(tmp, sizeof(tmp), ".%s.%ld.tmp", name, (long)getpid()) >=
+	    (int)sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+		    O_CLOEXEC, mode);
+	if (fd < 0)
+		return -1;
+	if (fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 ||
+	    (durable && fsync(fd) != 0))
+		goto fail;
+	if (close(fd) != 0) {
+		fd = -1;
+		goto fail;
+	}
+	if (renameat(dirfd, tmp, dirfd, name) != 0) {
+		fd = -1;
+		goto fail;
+	}
+	if (durable)
+		(void)fsync(dirfd); /* make the rename itself durable */
+	return 0;
+fail:
+	saved = errno;
+	if (fd >= 0)
+		close(fd);
+	unlinkat(dirfd, tmp, 0);
+	errno = saved;
+	return -1;
+}
+
+/* ---- polling ------------------------------------------------------------- */
+
+/* Reasons are cut at HP_KNOB_ERROR_MAX on purpose: no truncation warning. */
+__attribute__((format(printf, 3, 4)))
+static void reason(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static bool same_identity(const struct file_state *f, const struct stat *st)
+{
+	return f->present && f->dev == st->st_dev && f->ino == st->st_ino &&
+	       f->size == st->st_size && f->mode == st->st_mode &&
+	       f->uid == st->st_uid &&
+	       f->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       f->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       f->ctime.tv_sec == st->st_ctim.tv_sec &&
+	       f->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+static void remember_identity(struct file_state *f, const struct stat *st)
+{
+	struct timespec now;
+
+	f->present = true;
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->size = st->st_size;
+	f->mode = st->st_mode;
+	f->uid = st->st_uid;
+	f->mtime = st->st_mtim;
+	f->ctime = st->st_ctim;
+	/* Timestamps are coarse: a same-size rewrite within the same tick
+	 * would look unchanged.  Files touched in the last 2 s are re-read
+	 * at the next poll too (as git does for "racily clean" files). */
+	clock_gettime(CLOCK_REALTIME, &now);
+	f->recheck = now.tv_sec - st->st_mtim.tv_sec < 2 ||
+		     now.tv_sec - st->st_ctim.tv_sec < 2;
+}
+
+/* Note a refusal once per distinct reason, so an unchanged bad file does
+ * not count again at every poll. */
+static void note_reject(int knob, struct file_state *f, const char *why)
+{
+	if (strcmp(f->why, why) == 0)
+		return;
+	snprintf(f->why, sizeof(f->why), "%s", why);
+	knobs_note_reject(knob, why);
+}
+
+static void clear_file(struct layer *l, int knob)
+{
+	struct file_state *f = &l->files[knob];
+
+	if (f->applied)
+		knobs_set_layer(knob, l->source, NULL);
+	memset(f, 0, sizeof(*f));
+}
+
+static void apply_value(struct layer *l, int knob, const char *canon)
+{
+	struct file_state *f = &l->files[knob];
+
+	f->why[0] = '\0';
+	if (f->applied && strcmp(f->canon, canon) == 0)
+		return;
+	if (knobs_set_layer(knob, l->source, canon) == 0) {
+		f->applied = true;
+		snprintf(f->canon, sizeof(f->canon), "%s", canon);
+	}
+}
+
+/* Read, check and apply one knob file that changed. */
+static void load_file(struct layer *l, int dirfd, const char *dirpath,
+		      int knob)
+{
+	const char *name = knob_name(knob);
+	char body[HP_CONTROL_FILE_MAX + 1];
+	char canon[HP_KNOB_VALUE_MAX];
+	char err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX];
+
+	if (control_read_file(dirfd, name, body, sizeof(body), err,
+			      sizeof(err)) != 0) {
+		reason(why, sizeof(why), "%s/%s ignored: %s", dirpath, name,
+			 err);
+		note_reject(knob, &l->files[knob], why);
+		return;
+	}
+	if (hp_knob_parse_file(name, body, canon, sizeof(canon), err,
+			       sizeof(err)) != 0) {
+		reason(why, sizeof(why), "%s/%s ignored: %s", dirpath, name,
+			 err);
+		note_reject(knob, &l->files[knob], why);
+		return;
+	}
+	apply_value(l, knob, canon);
+}
+
+static void poll_file(struct layer *l, int dirfd, const char *dirpath,
+		      int knob, bool force)
+{
+	struct file_state *f = &l->files[knob];
+	struct stat st;
+
+	if (fstatat(dirfd, knob_name(knob), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (errno == ENOENT)
+			clear_file(l, knob); /* deleted: back to lower layers */
+		return;
+	}
+	if (!force && !f->recheck && same_identity(f, &st))
+		return;
+	remember_identity(f, &st);
+	load_file(l, dirfd, dirpath, knob);
+}
+
+/* dirfd < 0: the directory does not exist, so the layer is empty. */
+static void poll_layer(struct layer *l, int dirfd, const char *dirpath,
+		       bool force)
+{
+	l->dir_why[0] = '\0';
+	for (int k = 0; k < KNOB_COUNT; k++) {
+		if (dirfd < 0)
+			clear_file(l, k);
+		else
+			poll_file(l, dirfd, dirpath, k, force);
+	}
+}
+
+/* An insecure directory: keep every value, say why once per reason. */
+static void refuse_layer(struct layer *l, const char *dirpath, const char *err)
+{
+	char why[HP_KNOB_ERROR_MAX];
+
+	reason(why, sizeof(why), "directory %s ignored: %s", dirpath, err);
+	if (strcmp(l->dir_why, why) == 0)
+		return;
+	snprintf(l->dir_why, sizeof(l->dir_why), "%s", why);
+	for (int k = 0; k < KNOB_COUNT; k++)
+		knobs_note_reject(k, why);
+}
+
+/* Open a directory for a layer: fd, -1 if it does not exist (empty layer),
+ * -2 if it exists but is refused (keep the layer).  An absolute path is the
+ * control directory itself: only it is checked, not its parents (it may
+ * well live in /tmp); a relative one (proc/<pid>/override) is checked at
+ * every component. */
+static int open_layer_dir(struct layer *l, int at, const char *rel,
+			  const char *path)
+{
+	char err[HP_KNOB_ERROR_MAX];
+	int fd = rel[0] == '/' ? control_open_dir(at, rel, err, sizeof(err))
+			       : control_open_path(at, rel, err, sizeof(err));
+
+	if (fd >= 0)
+		return fd;
+	if (errno == ENOENT)
+		return -1;
+	refuse_layer(l, path, err);
+	return -2;
+}
+
+static void poll_control(bool force)
+{
+	int fd = open_layer_dir(&C.control, AT_FDCWD, C.dir, C.dir);
+
+	if (fd == -2)
+		return;
+	poll_layer(&C.control, fd, C.dir, force);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* <dir>/proc/<pid>/override, only once publish.c has claimed proc/<pid> for
+ * this process: a directory left by a dead process whose pid we recycled
+ * must not leak its overrides into us. */
+static void poll_override(bool force)
+{
+	char rel[64], path[PATH_MAX + 64];
+	int root, fd;
+
+	if (!publish_claimed()) {
+		poll_layer(&C.override, -1, NULL, force);
+		return;
+	}
+	snprintf(rel, sizeof(rel), "proc/%ld/override", (long)getpid());
+	snprintf(path, sizeof(path), "%s/%s", C.dir, rel);
+	root = open(C.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root < 0)
+		return;
+	fd = open_layer_dir(&C.override, root, rel, path);
+	close(root);
+	if (fd == -2)
+		return;
+	poll_layer(&C.override, fd, path, force);
+	if (fd >= 0)
+		close(fd);
+}
+
+static void control_poll_locked(bool force)
+{
+	if (!C.initialized) {
+		C.initialized = true;
+		C.enabled = control_dir_resolve(C.dir, sizeof(C.dir)) == 0;
+		if (!C.enabled)
+			hp_log(2, "no control directory (%s): environment and "
+			       "defaults only", control_secure_exec() ?
+			       "secure execution" : "none configured");
+	}
+	if (!C.enabled)
+		return;
+	poll_control(force);
+	poll_override(force);
+}
+
+void control_init(void)
+{
+	pthread_mutex_lock(&C.lock);
+	control_poll_locked(true);
+	pthread_mutex_unlock(&C.lock);
+}
+
+void control_poll(void)
+{
+	pthread_mutex_lock(&C.lock);
+	control_poll_locked(false);
+	pthread_mutex_unlock(&C.lock);
+}
+
+const char *control_dir(void)
+{
+	return C.initialized && C.enabled ? C.dir : NULL;
+}
+
+/* In the child the janitor that may have held the lock is gone; our pid
+ * changed, so the next poll looks at our own (absent) override directory
+ * and drops the parent's per-process overrides. */
+void control_child_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	memcpy(&C.lock, &fresh, sizeof(fresh));
+	publish_child_after_fork();
+}
+
+void hp_control_reload(void)
+{
+	hp_init();
+	pthread_mutex_lock(&C.lock);
+	control_poll_locked(true);
+	pthread_mutex_unlock(&C.lock);
+}

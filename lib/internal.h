@@ -89,7 +89,7 @@ struct hp_map {
 };
 HP_HIDDEN int os_map_thp(size_t size, struct hp_map *out);
 HP_HIDDEN int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out);
-HP_HIDDEN int os_unmap(void *addr, size_t len);
+HP_HIDDEN int os_unmap(const struct hp_map *m);
 /* Grow a THP mapping without copying (in place, else moved to a 2 MiB
  * aligned place).  On success *m is updated. */
 HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
@@ -98,6 +98,8 @@ HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
 HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Page size for mode=hugetlb/auto given the knob (0 = auto) and request. */
 HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size);
+/* The pool of pagesize can reserve a block of size right now. */
+HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size);
 
 /* ---- blocks, heap.c ---------------------------------------------------------- */
 struct hp_block {
@@ -118,7 +120,6 @@ HP_HIDDEN struct hp_block *cache_take(int backend, size_t pagesize, size_t size)
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
-HP_HIDDEN void cache_reset_after_fork(void);
 
 /* ---- release.c ------------------------------------------------------------------ */
 /* Give a list (linked by ->next) of blocks back to the kernel and free the
@@ -126,6 +127,7 @@ HP_HIDDEN void cache_reset_after_fork(void);
 HP_HIDDEN void release_blocks(struct hp_block *list);
 HP_HIDDEN void release_drain(void);
 HP_HIDDEN bool release_uring_available(void);
+HP_HIDDEN void janitor_start(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline etc. */
 HP_HIDDEN void release_prepare_fork(void);
 HP_HIDDEN void release_parent_after_fork(void);
@@ -160,5 +162,36 @@ HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
 HP_HIDDEN void control_child_after_fork(void);
 HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
 HP_HIDDEN void publish_exit(void);
+
+/* Helpers of control.c / publish.c that hpctl shares (it links the static
+ * library, so hidden symbols resolve): one place for the directory rules. */
+#include <sys/types.h>
+#define HP_CONTROL_DIR_ROOT "/run/hpalloc"
+#define HP_CONTROL_FILE_MAX 4096
+HP_HIDDEN bool control_secure_exec(void);   /* getauxval(AT_SECURE) */
+/* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
+ * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
+HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
+HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
+/* Open a directory without following a symlink and check it: owned by euid
+ * or root, not group/other-writable.  -1 + errno, reason in why. */
+HP_HIDDEN int control_open_dir(int at, const char *name, char *why, size_t wl);
+HP_HIDDEN int control_check_dir_fd(int fd, char *why, size_t wl);
+/* Same for every component of a relative path "a/b/c". */
+HP_HIDDEN int control_open_path(int at, const char *rel, char *why, size_t wl);
+/* Read a control file with every check (regular, owner, mode, size). */
+HP_HIDDEN int control_read_file(int dirfd, const char *name, char *buf,
+				size_t cap, char *why, size_t wl);
+/* Temporary file in the same directory + (fsync) + rename. */
+HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
+				   const char *data, size_t len, mode_t mode,
+				   bool durable);
+HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
+HP_HIDDEN void publish_child_after_fork(void);
+HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
+HP_HIDDEN int publish_start_time(pid_t pid, unsigned long long *out);
+/* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
+HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);
 
 #endif

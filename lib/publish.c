@@ -1,5 +1,322 @@
-/* Per-process stats file: placeholder until the control plane lands. */
+/* Per-process stats file for hpctl: <control dir>/proc/<pid>/stats.
+ *
+ * A small text file, replaced atomically (temporary file + rename) by the
+ * janitor thread when its content changed, removed at exit.  Format, one
+ * record per line, fields separated by one space, the last field of a line
+ * running to its end:
+ *
+ *   hpalloc-stats 1
+ *   pid <pid>
+ *   comm <command name>
+ *   start_time <field 22 of /proc/<pid>/stat>
+ *   stat <hp_stat_name> <value>           (every counter)
+ *   knob <name> <value> <source>          (every knob, effective value)
+ *   rejected <name> <reason>              (knobs with a rejected input)
+ *
+ * start_time lets hpctl recognise a dead process whose pid was recycled.
+ * The directory is created lazily, only when the control directory exists
+ * (and passes the control.c checks) and is writable by us.  A proc/<pid>
+ * directory that exists when we claim it belongs to a dead process with our
+ * pid: it is removed first, so its override files never reach us.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
 #include "internal.h"
 
-void publish_update(void) {}
-void publish_exit(void) {}
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PUBLISH_MAX 16384
+
+static struct {
+	pthread_mutex_t lock;
+	bool disabled;
+	pid_t pid;                     /* proc/<pid> claimed by us, or 0 */
+	unsigned long long start_time;
+	char comm[64];
+	char last[PUBLISH_MAX];        /* content of the last file written */
+	size_t last_len;
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- helpers shared with hpctl ------------------------------------------- */
+
+int publish_start_time(pid_t pid, unsigned long long *out)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* comm may hold spaces and parentheses: fields restart after the
+	 * last ')'; starttime is field 22, the 20th after it. */
+	p = strrchr(buf, ')');
+	if (!p)
+		goto bad;
+	for (int field = 2; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (!p)
+			goto bad;
+	}
+	*out = strtoull(p + 1, NULL, 10);
+	return 0;
+bad:
+	errno = EINVAL;
+	return -1;
+}
+
+/* Remove a directory's contents and itself, depth-limited, never following
+ * a symlink (unlinkat removes the link, not its target). */
+static int remove_tree(int at, const char *name, int depth)
+{
+	int fd, saved = 0;
+	DIR *d;
+	struct dirent *e;
+
+	fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : unlinkat(at, name, 0);
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -1;
+	}
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (unlinkat(fd, e->d_name, 0) == 0)
+			continue;
+		if ((errno == EISDIR || errno == EPERM) && depth > 0 &&
+		    remove_tree(fd, e->d_name, depth - 1) == 0)
+			continue;
+		saved = errno;
+	}
+	closedir(d);
+	if (unlinkat(at, name, AT_REMOVEDIR) != 0)
+		return -1;
+	if (saved) {
+		errno = saved;
+		return -1;
+	}
+	return 0;
+}
+
+int publish_remove_pid_dir(int procfd, pid_t pid)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "%ld", (long)pid);
+	return remove_tree(procfd, name, 2);
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void read_comm(char *buf, size_t len)
+{
+	int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		n = 0;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	for (char *c = buf; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	if (!buf[0])
+		snprintf(buf, len, "?");
+}
+
+/* Appends to buf at *pos; silently truncates (the buffer is generous). */
+__attribute__((format(printf, 4, 5)))
+static void put(char *buf, size_t cap, size_t *pos, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*pos >= cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *pos, cap - *pos, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*pos += (size_t)n < cap - *pos ? (size_t)n : cap - *pos - 1;
+}
+
+/* Reasons are free text: keep each on one line. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if (*s == '\n' || *s == '\r')
+			*s = ' ';
+}
+
+static size_t compose(char *buf, size_t cap)
+{
+	struct hp_stats st;
+	struct hp_knob_info ki;
+	size_t pos = 0;
+
+	put(buf, cap, &pos, "hpalloc-stats 1\npid %ld\ncomm %s\nstart_time %llu\n",
+	    (long)P.pid, P.comm, P.start_time);
+	if (hp_stats_get(&st) == 0)
+		for (int s = 0; s < HP_STAT_COUNT; s++)
+			put(buf, cap, &pos, "stat %s %llu\n", hp_stat_name(s),
+			    (unsigned long long)st.v[s]);
+	for (int k = 0; k < hp_knob_count(); k++) {
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		put(buf, cap, &pos, "knob %s %s %s\n", ki.name, ki.value,
+		    hp_source_name(ki.source));
+		if (ki.rejected[0]) {
+			one_line(ki.rejected);
+			put(buf, cap, &pos, "rejected %s %s\n", ki.name,
+			    ki.rejected);
+		}
+	}
+	return pos;
+}
+
+/* Create proc/<pid> for this process; see the comment at the top. */
+static void claim(const char *dir)
+{
+	char why[HP_KNOB_ERROR_MAX], name[32];
+	pid_t pid = getpid();
+	int root, procfd;
+
+	if (access(dir, W_OK) != 0)
+		return;
+	root = control_open_dir(AT_FDCWD, dir, why, sizeof(why));
+	if (root < 0)
+		return;
+	if (mkdirat(root, "proc", 0755) != 0 && errno != EEXIST)
+		goto out_root;
+	procfd = control_open_dir(root, "proc", why, sizeof(why));
+	if (procfd < 0) {
+		hp_log(1, "not publishing stats: %s/proc: %s", dir, why);
+		goto out_root;
+	}
+	snprintf(name, sizeof(name), "%ld", (long)pid);
+	if (publish_remove_pid_dir(procfd, pid) != 0 && errno != ENOENT)
+		hp_log(1, "stale %s/proc/%s: %s", dir, name, strerror(errno));
+	if (mkdirat(procfd, name, 0755) == 0) {
+		P.pid = pid;
+		P.last_len = 0;
+		if (publish_start_time(pid, &P.start_time) != 0)
+			P.start_time = 0;
+		read_comm(P.comm, sizeof(P.comm));
+	}
+	close(procfd);
+out_root:
+	close(root);
+}
+
+static void write_stats(const char *dir)
+{
+	static char buf[PUBLISH_MAX]; /* under P.lock */
+	char rel[64], why[HP_KNOB_ERROR_MAX];
+	size_t len = compose(buf, sizeof(buf));
+	int root, fd;
+
+	if (len == P.last_len && memcmp(buf, P.last, len) == 0)
+		return;
+	root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root < 0)
+		return;
+	snprintf(rel, sizeof(rel), "proc/%ld", (long)P.pid);
+	fd = control_open_path(root, rel, why, sizeof(why));
+	close(root);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			P.pid = 0; /* pruned under us: claim again next time */
+		return;
+	}
+	if (control_write_atomic(fd, "stats", buf, len, 0644, false) == 0) {
+		memcpy(P.last, buf, len);
+		P.last_len = len;
+	}
+	close(fd);
+}
+
+void publish_update(void)
+{
+	const char *dir;
+
+	pthread_mutex_lock(&P.lock);
+	dir = control_dir();
+	if (!P.disabled && dir) {
+		if (P.pid != getpid())
+			claim(dir);
+		if (P.pid == getpid())
+			write_stats(dir);
+	}
+	pthread_mutex_unlock(&P.lock);
+}
+
+bool publish_claimed(void)
+{
+	pthread_mutex_lock(&P.lock);
+	bool mine = P.pid != 0 && P.pid == getpid();
+	pthread_mutex_unlock(&P.lock);
+	return mine;
+}
+
+void publish_exit(void)
+{
+	const char *dir = control_dir();
+	char why[HP_KNOB_ERROR_MAX];
+	int root, procfd;
+
+	pthread_mutex_lock(&P.lock);
+	if (dir && P.pid != 0 && P.pid == getpid()) {
+		root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		procfd = root < 0 ? -1 : control_open_dir(root, "proc", why,
+							   sizeof(why));
+		if (procfd >= 0) {
+			publish_remove_pid_dir(procfd, P.pid);
+			close(procfd);
+		}
+		if (root >= 0)
+			close(root);
+	}
+	P.pid = 0;
+	P.disabled = true; /* nothing after exit re-creates it */
+	pthread_mutex_unlock(&P.lock);
+}
+
+void publish_disable(void)
+{
+	pthread_mutex_lock(&P.lock);
+	P.disabled = true;
+	pthread_mutex_unlock(&P.lock);
+}
+
+/* The parent's directory stays the parent's; the child claims its own. */
+void publish_child_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	memcpy(&P.lock, &fresh, sizeof(fresh));
+	P.pid = 0;
+	P.last_len = 0;
+}

@@ -1,0 +1,360 @@
+/* hpctl get / set / reset / show / run: knobs.  Every value is validated
+ * and rendered by the library (hp_knob_parse, hp_knob_render). */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "hpctl.h"
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* One KNOB=VALUE of a command line, validated. */
+struct assignment {
+	int knob;
+	char name[64];
+	char canon[HP_KNOB_VALUE_MAX];
+};
+
+/* Validate every KNOB=VALUE before anything happens: all errors are
+ * reported, then exit 2 if there was any. */
+static struct assignment *parse_assignments(int argc, char **argv)
+{
+	struct assignment *as = calloc((size_t)argc + 1, sizeof(*as));
+	char err[HP_KNOB_ERROR_MAX];
+	int bad = 0;
+
+	if (!as) {
+		warnx("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	for (int i = 0; i < argc; i++) {
+		const char *eq = strchr(argv[i], '=');
+		size_t n = eq ? (size_t)(eq - argv[i]) : 0;
+
+		if (!eq || n == 0 || n >= sizeof(as[i].name)) {
+			warnx("expected KNOB=VALUE, got '%s'", argv[i]);
+			bad++;
+			continue;
+		}
+		memcpy(as[i].name, argv[i], n);
+		as[i].name[n] = '\0';
+		as[i].knob = hp_knob_index(as[i].name);
+		if (as[i].knob < 0) {
+			warn_unknown_knob(as[i].name);
+			bad++;
+			continue;
+		}
+		for (int j = 0; j < i; j++)
+			if (as[j].knob == as[i].knob && as[j].name[0]) {
+				warnx("knob '%s' given more than once", as[i].name);
+				bad++;
+			}
+		if (hp_knob_parse(as[i].name, eq + 1, as[i].canon,
+				  sizeof(as[i].canon), err, sizeof(err)) != 0) {
+			warnx("%s", err);
+			bad++;
+		}
+	}
+	if (bad) {
+		free(as);
+		exit(EXIT_USAGE);
+	}
+	return as;
+}
+
+/* ---- get ----------------------------------------------------------------- */
+
+static void print_value(struct json *j, bool json, const char *name,
+			const char *value)
+{
+	if (json)
+		json_str(j, name, value);
+	else
+		printf("%s=%s\n", name, value);
+}
+
+static int get_of_process(struct hpctl *c)
+{
+	static struct published pub;
+	struct json j;
+	int fd = ctl_proc_open(c->pid);
+
+	if (published_read(fd, &pub) != 0) {
+		close(fd);
+		warnx("cannot read the stats of process %ld", (long)c->pid);
+		return EXIT_RUNTIME;
+	}
+	close(fd);
+	json_begin(&j, stdout);
+	if (c->json)
+		json_obj(&j, NULL);
+	for (int k = 0; k < pub.nknobs; k++) {
+		bool wanted = c->argc == 0;
+		for (int i = 0; i < c->argc; i++)
+			wanted |= !strcmp(c->argv[i], pub.knobs[k].name);
+		if (wanted)
+			print_value(&j, c->json, pub.knobs[k].name,
+				    pub.knobs[k].value);
+	}
+	if (c->json) {
+		json_end_obj(&j);
+		json_finish(&j);
+	}
+	return EXIT_OK;
+}
+
+int cmd_get(struct hpctl *c)
+{
+	struct hp_knob_info ki;
+	struct json j;
+
+	for (int i = 0; i < c->argc; i++)
+		knob_or_die(c->argv[i]);
+	if (c->pid)
+		return get_of_process(c);
+	hp_control_reload();
+	json_begin(&j, stdout);
+	if (c->json)
+		json_obj(&j, NULL);
+	for (int i = 0; i < (c->argc ? c->argc : hp_knob_count()); i++) {
+		int k = c->argc ? hp_knob_index(c->argv[i]) : i;
+		if (hp_knob_info(k, &ki) == 0)
+			print_value(&j, c->json, ki.name, ki.value);
+	}
+	if (c->json) {
+		json_end_obj(&j);
+		json_finish(&j);
+	}
+	return EXIT_OK;
+}
+
+/* ---- set / reset ----------------------------------------------------------- */
+
+static int write_knob_file(int dirfd, const struct assignment *a)
+{
+	char body[HP_CONTROL_FILE_MAX];
+
+	if (hp_knob_render(a->name, a->canon, body, sizeof(body)) != 0) {
+		warnx("cannot render %s=%s", a->name, a->canon);
+		return -1;
+	}
+	if (control_write_atomic(dirfd, a->name, body, strlen(body), 0644,
+				 true) != 0) {
+		warnx("cannot write %s: %s", a->name, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int cmd_set(struct hpctl *c)
+{
+	struct assignment *as;
+	int fd, rc = EXIT_OK;
+
+	if (c->argc == 0)
+		die_usage("set needs KNOB=VALUE arguments");
+	as = parse_assignments(c->argc, c->argv);
+	fd = c->pid ? ctl_override_open(c->pid, true) : ctl_dir_open(true);
+	for (int i = 0; i < c->argc; i++)
+		if (write_knob_file(fd, &as[i]) != 0)
+			rc = EXIT_RUNTIME;
+	close(fd);
+	free(as);
+	return rc;
+}
+
+int cmd_reset(struct hpctl *c)
+{
+	bool all = c->argc == 1 && !strcmp(c->argv[0], "--all");
+	int fd, rc = EXIT_OK;
+
+	if (c->argc == 0)
+		die_usage("reset needs KNOB names or --all");
+	for (int i = 0; !all && i < c->argc; i++) {
+		if (!strcmp(c->argv[i], "--all"))
+			die_usage("reset: --all cannot be combined with knob names");
+		knob_or_die(c->argv[i]);
+	}
+	fd = c->pid ? ctl_override_open(c->pid, false) : ctl_dir_open(false);
+	if (fd < 0)
+		return EXIT_OK; /* nothing was set */
+	for (int i = 0; i < (all ? hp_knob_count() : c->argc); i++) {
+		struct hp_knob_info ki;
+		const char *name = all ? (hp_knob_info(i, &ki) == 0 ? ki.name : NULL)
+				       : c->argv[i];
+		if (name && unlinkat(fd, name, 0) != 0 && errno != ENOENT) {
+			warnx("cannot remove %s: %s", name, strerror(errno));
+			rc = EXIT_RUNTIME;
+		}
+	}
+	if (all || rc == EXIT_OK)
+		(void)fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* ---- show -------------------------------------------------------------------- */
+
+static void show_json(void)
+{
+	struct hp_knob_info ki;
+	struct json j;
+
+	json_begin(&j, stdout);
+	json_obj(&j, NULL);
+	json_str(&j, "control_dir", ctl_dir_path());
+	json_obj(&j, "knobs");
+	for (int k = 0; k < hp_knob_count(); k++) {
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		json_obj(&j, ki.name);
+		json_str(&j, "value", ki.value);
+		json_str(&j, "source", hp_source_name(ki.source));
+		json_str(&j, "default", ki.default_value);
+		json_str(&j, "type", ki.type);
+		json_str(&j, "accepted", ki.accepted);
+		json_str(&j, "choices", ki.choices);
+		json_str(&j, "help", ki.help);
+		json_str(&j, "rejected", ki.rejected);
+		json_end_obj(&j);
+	}
+	json_end_obj(&j);
+	json_end_obj(&j);
+	json_finish(&j);
+}
+
+static void show_text(void)
+{
+	struct hp_knob_info ki;
+	struct stat st;
+	const char *dir = ctl_dir_path();
+
+	printf("control directory: %s%s\n\n", dir,
+	       stat(dir, &st) == 0 ? "" : " (does not exist)");
+	for (int k = 0; k < hp_knob_count(); k++) {
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		printf("%s = %s  (source: %s, default: %s)\n", ki.name,
+		       ki.value, hp_source_name(ki.source), ki.default_value);
+		printf("    %s\n    accepted: %s\n", ki.help, ki.accepted);
+		if (ki.rejected[0])
+			printf("    rejected: %s\n", ki.rejected);
+	}
+}
+
+int cmd_show(struct hpctl *c)
+{
+	if (c->argc)
+		die_usage("show takes no arguments");
+	hp_control_reload();
+	if (c->json)
+		show_json();
+	else
+		show_text();
+	return EXIT_OK;
+}
+
+void print_effective_knobs_json(struct json *j, const char *key)
+{
+	struct hp_knob_info ki;
+
+	json_obj(j, key);
+	for (int k = 0; k < hp_knob_count(); k++) {
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		json_obj(j, ki.name);
+		json_str(j, "value", ki.value);
+		json_str(j, "source", hp_source_name(ki.source));
+		json_end_obj(j);
+	}
+	json_end_obj(j);
+}
+
+/* ---- run ------------------------------------------------------------------------ */
+
+/* Installed Python package location (configure's pyexecdir): put it on
+ * PYTHONPATH when the package is there, in case that directory is not on
+ * the interpreter's default path (a custom --prefix). */
+static void add_python_path(void)
+{
+#ifdef HPCTL_PYEXECDIR
+	const char *dir = HPCTL_PYEXECDIR, *old = getenv("PYTHONPATH");
+	char pkg[4096], *val;
+	struct stat st;
+
+	snprintf(pkg, sizeof(pkg), "%s/hpalloc", dir);
+	if (stat(pkg, &st) != 0 || !S_ISDIR(st.st_mode))
+		return;
+	if (old && *old) {
+		size_t n = strlen(dir) + strlen(old) + 2;
+		val = malloc(n);
+		if (!val)
+			return;
+		snprintf(val, n, "%s:%s", dir, old);
+		setenv("PYTHONPATH", val, 1);
+		free(val);
+	} else {
+		setenv("PYTHONPATH", dir, 1);
+	}
+#endif
+}
+
+int cmd_run(struct hpctl *c)
+{
+	struct assignment *as = parse_assignments(c->argc, c->argv);
+
+	if (c->cmd_argc == 0) {
+		free(as);
+		die_usage("run needs a COMMAND (hpctl run [KNOB=VALUE...] -- COMMAND...)");
+	}
+	for (int i = 0; i < c->argc; i++) {
+		char var[80];
+		int n = snprintf(var, sizeof(var), "HPALLOC_%s", as[i].name);
+		for (int p = 8; p < n; p++)
+			var[p] = (char)toupper((unsigned char)var[p]);
+		setenv(var, as[i].canon, 1);
+	}
+	free(as);
+	setenv("HPALLOC_NUMPY", "1", 1);
+	add_python_path();
+	fflush(stdout);
+	execvp(c->cmd_argv[0], c->cmd_argv);
+	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
+	return EXIT_RUNTIME;
+}
+
+/* ---- completion helpers ------------------------------------------------------------ */
+
+int cmd_list_knobs(struct hpctl *c)
+{
+	struct hp_knob_info ki;
+
+	(void)c;
+	for (int k = 0; k < hp_knob_count(); k++)
+		if (hp_knob_info(k, &ki) == 0)
+			printf("%s\n", ki.name);
+	return EXIT_OK;
+}
+
+int cmd_list_choices(struct hpctl *c)
+{
+	struct hp_knob_info ki;
+
+	if (c->argc != 1)
+		die_usage("--list-choices needs one KNOB");
+	if (hp_knob_info(knob_or_die(c->argv[0]), &ki) == 0 && ki.choices) {
+		for (const char *p = ki.choices; *p;) {
+			size_t n = strcspn(p, " ");
+			printf("%.*s\n", (int)n, p);
+			p += n + strspn(p + n, " ");
+		}
+	}
+	return EXIT_OK;
+}

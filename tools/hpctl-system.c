@@ -1,0 +1,459 @@
+/* hpctl status / pool: what the kernel offers (THP, hugetlb pools,
+ * hugetlbfs mounts, io_uring) and resizing the hugetlb pools. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "hpctl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#define HUGEPAGES_DIR "/sys/kernel/mm/hugepages"
+#define THP_DIR "/sys/kernel/mm/transparent_hugepage"
+#define MAX_POOLS 8
+
+/* First line of a small file, without the newline; -1 if unreadable. */
+static int read_line(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	bool ok;
+
+	if (!f)
+		return -1;
+	ok = fgets(buf, (int)len, f) != NULL;
+	fclose(f);
+	if (!ok)
+		return -1;
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
+}
+
+static long long read_number(const char *path)
+{
+	char buf[64], *end;
+	long long v;
+
+	if (read_line(path, buf, sizeof(buf)) != 0)
+		return -1;
+	v = strtoll(buf, &end, 10);
+	return end == buf ? -1 : v;
+}
+
+/* ---- THP --------------------------------------------------------------- */
+
+/* "always [madvise] never" -> "madvise" */
+static void thp_setting(const char *file, char *out, size_t len)
+{
+	char path[128], line[256], *l, *r;
+
+	snprintf(path, sizeof(path), THP_DIR "/%s", file);
+	if (read_line(path, line, sizeof(line)) != 0) {
+		snprintf(out, len, "unavailable");
+		return;
+	}
+	l = strchr(line, '[');
+	r = l ? strchr(l, ']') : NULL;
+	if (l && r) {
+		*r = '\0';
+		snprintf(out, len, "%s", l + 1);
+	} else {
+		snprintf(out, len, "%s", line);
+	}
+}
+
+/* ---- hugetlb pools ------------------------------------------------------ */
+
+struct pool {
+	unsigned long long kb;
+	long long total, free, reserved, surplus;
+};
+
+static long long pool_value(unsigned long long kb, const char *file)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB/%s", kb,
+		 file);
+	return read_number(path);
+}
+
+static int cmp_pool(const void *a, const void *b)
+{
+	const struct pool *x = a, *y = b;
+
+	return (x->kb > y->kb) - (x->kb < y->kb);
+}
+
+/* The page sizes the kernel offers, sorted, with their counters. */
+static int list_pools(struct pool *pools, int max)
+{
+	DIR *d = opendir(HUGEPAGES_DIR);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) && n < max) {
+		unsigned long long kb;
+		char tail[8];
+
+		if (sscanf(e->d_name, "hugepages-%llu%7s", &kb, tail) != 2 ||
+		    strcmp(tail, "kB") != 0)
+			continue;
+		pools[n].kb = kb;
+		pools[n].total = pool_value(kb, "nr_hugepages");
+		pools[n].free = pool_value(kb, "free_hugepages");
+		pools[n].reserved = pool_value(kb, "resv_hugepages");
+		pools[n].surplus = pool_value(kb, "surplus_hugepages");
+		n++;
+	}
+	closedir(d);
+	qsort(pools, (size_t)n, sizeof(*pools), cmp_pool);
+	return n;
+}
+
+static void size_name(unsigned long long kb, char *buf, size_t len)
+{
+	if (hp_format_size(kb * 1024, buf, len) != 0)
+		snprintf(buf, len, "%llukB", kb);
+}
+
+/* ---- io_uring ------------------------------------------------------------- */
+
+struct uring_state {
+	long long sysctl;    /* kernel.io_uring_disabled, -1 if absent */
+	bool available;
+	char detail[128];
+};
+
+static void probe_uring(struct uring_state *u)
+{
+	u->sysctl = read_number("/proc/sys/kernel/io_uring_disabled");
+#ifdef HAVE_LIBURING
+	struct io_uring ring;
+	int r = io_uring_queue_init(2, &ring, 0);
+
+	u->available = r == 0;
+	if (r == 0) {
+		io_uring_queue_exit(&ring);
+		snprintf(u->detail, sizeof(u->detail), "io_uring_queue_init works");
+	} else {
+		snprintf(u->detail, sizeof(u->detail),
+			 "io_uring_queue_init: %s", strerror(-r));
+	}
+#else
+	u->available = false;
+	snprintf(u->detail, sizeof(u->detail), "hpalloc built without liburing");
+#endif
+}
+
+/* ---- hugetlbfs mounts ------------------------------------------------------ */
+
+struct mount_list {
+	int n;
+	char path[16][256];
+	char opts[16][256];
+};
+
+static void list_hugetlbfs(struct mount_list *m)
+{
+	FILE *f = fopen("/proc/mounts", "re");
+	char dev[256], path[256], type[64], opts[256];
+
+	m->n = 0;
+	if (!f)
+		return;
+	while (m->n < 16 &&
+	       fscanf(f, "%255s %255s %63s %255s %*d %*d", dev, path, type,
+		      opts) == 4) {
+		if (strcmp(type, "hugetlbfs") != 0)
+			continue;
+		snprintf(m->path[m->n], sizeof(m->path[0]), "%s", path);
+		snprintf(m->opts[m->n], sizeof(m->opts[0]), "%s", opts);
+		m->n++;
+	}
+	fclose(f);
+}
+
+/* ---- status ------------------------------------------------------------------ */
+
+struct status {
+	char thp_enabled[256], thp_defrag[256];
+	struct pool pools[MAX_POOLS];
+	int npools;
+	struct mount_list mounts;
+	struct uring_state uring;
+};
+
+static void status_text(const struct status *s)
+{
+	struct hp_knob_info ki;
+	char size[32];
+
+	printf("transparent hugepages: enabled %s, defrag %s\n",
+	       s->thp_enabled, s->thp_defrag);
+	printf("hugetlb pools:%s\n", s->npools ? "" : " none");
+	for (int i = 0; i < s->npools; i++) {
+		size_name(s->pools[i].kb, size, sizeof(size));
+		printf("  %-5s total %lld  free %lld  reserved %lld  surplus %lld\n",
+		       size, s->pools[i].total, s->pools[i].free,
+		       s->pools[i].reserved, s->pools[i].surplus);
+	}
+	printf("hugetlbfs mounts:%s\n", s->mounts.n ? "" : " none");
+	for (int i = 0; i < s->mounts.n; i++)
+		printf("  %s (%s)\n", s->mounts.path[i], s->mounts.opts[i]);
+	printf("io_uring: %s (kernel.io_uring_disabled=%lld; %s)\n",
+	       s->uring.available ? "available" : "unavailable",
+	       s->uring.sysctl, s->uring.detail);
+	printf("control directory: %s\n", ctl_dir_path());
+	printf("effective knobs:\n");
+	for (int k = 0; k < hp_knob_count(); k++)
+		if (hp_knob_info(k, &ki) == 0)
+			printf("  %s=%s (%s)\n", ki.name, ki.value,
+			       hp_source_name(ki.source));
+}
+
+static void status_json(const struct status *s)
+{
+	struct json j;
+	char size[32];
+
+	json_begin(&j, stdout);
+	json_obj(&j, NULL);
+	json_obj(&j, "thp");
+	json_str(&j, "enabled", s->thp_enabled);
+	json_str(&j, "defrag", s->thp_defrag);
+	json_end_obj(&j);
+	json_arr(&j, "hugetlb_pools");
+	for (int i = 0; i < s->npools; i++) {
+		size_name(s->pools[i].kb, size, sizeof(size));
+		json_obj(&j, NULL);
+		json_str(&j, "pagesize", size);
+		json_u64(&j, "pagesize_bytes", s->pools[i].kb * 1024);
+		json_num(&j, "total", s->pools[i].total);
+		json_num(&j, "free", s->pools[i].free);
+		json_num(&j, "reserved", s->pools[i].reserved);
+		json_num(&j, "surplus", s->pools[i].surplus);
+		json_end_obj(&j);
+	}
+	json_end_arr(&j);
+	json_arr(&j, "hugetlbfs_mounts");
+	for (int i = 0; i < s->mounts.n; i++) {
+		json_obj(&j, NULL);
+		json_str(&j, "path", s->mounts.path[i]);
+		json_str(&j, "options", s->mounts.opts[i]);
+		json_end_obj(&j);
+	}
+	json_end_arr(&j);
+	json_obj(&j, "io_uring");
+	json_bool(&j, "available", s->uring.available);
+	json_num(&j, "io_uring_disabled", s->uring.sysctl);
+	json_str(&j, "detail", s->uring.detail);
+	json_end_obj(&j);
+	json_str(&j, "control_dir", ctl_dir_path());
+	print_effective_knobs_json(&j, "knobs");
+	json_end_obj(&j);
+	json_finish(&j);
+}
+
+int cmd_status(struct hpctl *c)
+{
+	static struct status s;
+
+	if (c->argc)
+		die_usage("status takes no arguments");
+	thp_setting("enabled", s.thp_enabled, sizeof(s.thp_enabled));
+	thp_setting("defrag", s.thp_defrag, sizeof(s.thp_defrag));
+	s.npools = list_pools(s.pools, MAX_POOLS);
+	list_hugetlbfs(&s.mounts);
+	probe_uring(&s.uring);
+	hp_control_reload();
+	if (c->json)
+		status_json(&s);
+	else
+		status_text(&s);
+	return EXIT_OK;
+}
+
+/* ---- pool ------------------------------------------------------------------------ */
+
+struct pool_request {
+	unsigned long long kb;
+	unsigned long long count;
+	long long got, free;
+};
+
+static unsigned long long mem_total_kb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb = 0;
+	char line[128];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* A page count: decimal digits only (no sign, no suffix). */
+static int parse_count(const char *text, unsigned long long *out)
+{
+	char *end;
+
+	if (!*text || strspn(text, "0123456789") != strlen(text) ||
+	    strlen(text) > 12)
+		return -1;
+	*out = strtoull(text, &end, 10);
+	return 0;
+}
+
+static void offered_sizes(char *buf, size_t len)
+{
+	struct pool pools[MAX_POOLS];
+	int n = list_pools(pools, MAX_POOLS);
+	char size[32];
+
+	buf[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		size_name(pools[i].kb, size, sizeof(size));
+		strncat(buf, " ", len - strlen(buf) - 1);
+		strncat(buf, size, len - strlen(buf) - 1);
+	}
+}
+
+static bool pool_exists(unsigned long long kb)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB", kb);
+	return access(path, F_OK) == 0;
+}
+
+static int parse_pool_arg(const char *arg, struct pool_request *r)
+{
+	char sizetext[64], offered[128];
+	const char *eq = strchr(arg, '=');
+	uint64_t bytes;
+	unsigned long long mem = mem_total_kb();
+
+	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(sizetext)) {
+		warnx("pool: expected SIZE=COUNT (e.g. 2M=512), got '%s'", arg);
+		return -1;
+	}
+	memcpy(sizetext, arg, (size_t)(eq - arg));
+	sizetext[eq - arg] = '\0';
+	offered_sizes(offered, sizeof(offered));
+	if (hp_parse_size(sizetext, &bytes) != 0 || bytes % 1024 ||
+	    !pool_exists(bytes / 1024)) {
+		warnx("pool: page size '%s' is not offered by the kernel "
+		      "(accepted:%s)", sizetext, offered[0] ? offered : " none");
+		return -1;
+	}
+	r->kb = bytes / 1024;
+	if (parse_count(eq + 1, &r->count) != 0) {
+		warnx("pool: invalid page count '%s' for %s (accepted: a "
+		      "non-negative decimal number of pages)", eq + 1, sizetext);
+		return -1;
+	}
+	if (mem && r->count > mem / r->kb) {
+		warnx("pool: %llu pages of %s exceed this machine's memory "
+		      "(at most %llu)", r->count, sizetext, mem / r->kb);
+		return -1;
+	}
+	return 0;
+}
+
+static int write_pool(struct pool_request *r)
+{
+	char path[160], val[32];
+	int fd, n;
+	ssize_t w;
+
+	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB/nr_hugepages",
+		 r->kb);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		warnx("pool: %s: %s", path, strerror(errno));
+		return -1;
+	}
+	n = snprintf(val, sizeof(val), "%llu\n", r->count);
+	w = write(fd, val, (size_t)n);
+	if (w != n && errno != ENOMEM) /* short pools still take effect */
+		warnx("pool: writing %s: %s", path, strerror(errno));
+	close(fd);
+	r->got = pool_value(r->kb, "nr_hugepages");
+	r->free = pool_value(r->kb, "free_hugepages");
+	return 0;
+}
+
+static void pool_report(struct hpctl *c, struct pool_request *rs, int n)
+{
+	struct json j;
+	char size[32];
+
+	json_begin(&j, stdout);
+	if (c->json)
+		json_arr(&j, NULL);
+	for (int i = 0; i < n; i++) {
+		size_name(rs[i].kb, size, sizeof(size));
+		if (c->json) {
+			json_obj(&j, NULL);
+			json_str(&j, "pagesize", size);
+			json_u64(&j, "requested", rs[i].count);
+			json_num(&j, "total", rs[i].got);
+			json_num(&j, "free", rs[i].free);
+			json_bool(&j, "ok", rs[i].got == (long long)rs[i].count);
+			json_end_obj(&j);
+		} else {
+			printf("%s: requested %llu, kernel gave %lld (free %lld)%s\n",
+			       size, rs[i].count, rs[i].got, rs[i].free,
+			       rs[i].got == (long long)rs[i].count ? "" :
+			       " -- SHORT: not enough contiguous memory");
+		}
+	}
+	if (c->json) {
+		json_end_arr(&j);
+		json_finish(&j);
+	}
+}
+
+int cmd_pool(struct hpctl *c)
+{
+	struct pool_request rs[MAX_POOLS];
+	int bad = 0, rc = EXIT_OK;
+
+	if (c->argc == 0)
+		die_usage("pool needs SIZE=COUNT arguments (e.g. pool 2M=512)");
+	if (c->argc > MAX_POOLS)
+		die_usage("pool: too many arguments");
+	for (int i = 0; i < c->argc; i++) {
+		bad += parse_pool_arg(c->argv[i], &rs[i]) != 0;
+		for (int k = 0; k < i && !bad; k++)
+			if (rs[k].kb == rs[i].kb) {
+				warnx("pool: page size given more than once");
+				bad++;
+			}
+	}
+	if (bad)
+		return EXIT_USAGE;
+	if (geteuid() != 0) {
+		warnx("pool: resizing hugetlb pools needs root");
+		return EXIT_RUNTIME;
+	}
+	for (int i = 0; i < c->argc; i++)
+		if (write_pool(&rs[i]) != 0 || rs[i].got != (long long)rs[i].count)
+			rc = EXIT_RUNTIME;
+	pool_report(c, rs, c->argc);
+	return rc;
+}

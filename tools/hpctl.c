@@ -1,0 +1,244 @@
+/* hpctl — look at and tune hpalloc: knobs, control directory, pools, stats.
+ *
+ * Exit status: 0 success, 2 usage error or invalid value (the message names
+ * the knob, the bad value and what is accepted), 1 runtime failure.  A
+ * refused command changes nothing: arguments are all validated before
+ * anything is written.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "hpctl.h"
+#include "internal.h" /* publish_disable */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+	"Usage: hpctl [--json] [-p PID] COMMAND [ARGS...]\n"
+	"\n"
+	"Commands:\n"
+	"  get [KNOB...]             effective knob values (of process PID with -p)\n"
+	"  set KNOB=VALUE...         write control files (per-process override with -p)\n"
+	"  reset KNOB...|--all       remove control files (overrides with -p)\n"
+	"  show                      every knob: value, source, default, accepted, help,\n"
+	"                            last rejected input\n"
+	"  status                    THP, hugetlb pools, hugetlbfs mounts, io_uring,\n"
+	"                            effective knobs\n"
+	"  pool SIZE=COUNT...        resize hugetlb pools (root) and report what the\n"
+	"                            kernel gave, e.g. pool 2M=512 1G=2\n"
+	"  stats [PID...]            live stats of processes using hpalloc (prunes dead)\n"
+	"  run [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
+	"                            run COMMAND with hpalloc backing NumPy and these\n"
+	"                            knobs for that process alone\n"
+	"\n"
+	"Options:\n"
+	"  --json                    machine-readable output\n"
+	"  -p, --pid PID             get/set/reset act on that process only\n"
+	"  -h, --help                this help\n"
+	"  -V, --version             version\n"
+	"\n"
+	"Control directory: $HPALLOC_CONTROL_DIR, else /run/hpalloc (root), else\n"
+	"$XDG_RUNTIME_DIR/hpalloc.  See hpctl(8) and hpalloc(7).\n";
+
+void warnx(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("hpctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("hpctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'hpctl --help'.\n", stderr);
+	exit(EXIT_USAGE);
+}
+
+void warn_unknown_knob(const char *name)
+{
+	struct hp_knob_info ki;
+	char known[512] = "";
+
+	for (int k = 0; k < hp_knob_count(); k++) {
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		strncat(known, " ", sizeof(known) - strlen(known) - 1);
+		strncat(known, ki.name, sizeof(known) - strlen(known) - 1);
+	}
+	warnx("unknown knob '%s' (knobs:%s)", name, known);
+}
+
+int knob_or_die(const char *name)
+{
+	int i = hp_knob_index(name);
+
+	if (i >= 0)
+		return i;
+	warn_unknown_knob(name);
+	exit(EXIT_USAGE);
+}
+
+pid_t parse_pid(const char *text)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v <= 0 || v > 0x3fffffff ||
+	    text[0] == '+' || text[0] == ' ')
+		die_usage("invalid PID '%s' (a positive process id)", text);
+	return (pid_t)v;
+}
+
+struct command {
+	const char *name;
+	int (*fn)(struct hpctl *);
+	bool takes_pid;
+};
+
+static const struct command commands[] = {
+	{ "get", cmd_get, true },
+	{ "set", cmd_set, true },
+	{ "reset", cmd_reset, true },
+	{ "show", cmd_show, false },
+	{ "status", cmd_status, false },
+	{ "pool", cmd_pool, false },
+	{ "stats", cmd_stats, false },
+	{ "run", cmd_run, false },
+	{ "--list-knobs", cmd_list_knobs, false },     /* for bash completion */
+	{ "--list-choices", cmd_list_choices, false },
+};
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+/* Global options, recognised before and after the subcommand.  Returns
+ * how many argv entries were consumed (0: not an option). */
+static int global_option(struct hpctl *c, int argc, char **argv, int i)
+{
+	const char *a = argv[i];
+
+	if (!strcmp(a, "--json")) {
+		c->json = true;
+		return 1;
+	}
+	if (!strcmp(a, "-p") || !strcmp(a, "--pid")) {
+		if (i + 1 >= argc)
+			die_usage("%s needs a PID", a);
+		c->pid = parse_pid(argv[i + 1]);
+		return 2;
+	}
+	if (!strncmp(a, "--pid=", 6)) {
+		c->pid = parse_pid(a + 6);
+		return 1;
+	}
+	if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+		fputs(usage_text, stdout);
+		exit(EXIT_OK);
+	}
+	if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+		printf("hpctl (hpalloc) %s, library %s\n", PACKAGE_VERSION,
+		       hp_version());
+		exit(EXIT_OK);
+	}
+	return 0;
+}
+
+/* `run`: KNOB=VALUE words, then the command (after "--" or at the first
+ * word that is not KNOB=VALUE). */
+static void split_run(struct hpctl *c, int argc, char **argv, int i)
+{
+	c->argv = argv + i;
+	c->argc = 0;
+	while (i < argc && strcmp(argv[i], "--") != 0 && strchr(argv[i], '=')) {
+		c->argc++;
+		i++;
+	}
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	c->cmd_argv = argv + i;
+	c->cmd_argc = argc - i;
+}
+
+static void parse_args(struct hpctl *c, int argc, char **argv,
+		       const struct command **cmd)
+{
+	int i = 1, n;
+
+	*cmd = NULL;
+	while (i < argc && !*cmd) {
+		if ((n = global_option(c, argc, argv, i))) {
+			i += n;
+			continue;
+		}
+		*cmd = find_command(argv[i]);
+		if (!*cmd)
+			die_usage(argv[i][0] == '-' ? "unknown option '%s'"
+				  : "unknown command '%s'", argv[i]);
+		i++;
+	}
+	if (!*cmd)
+		die_usage("no command given");
+	if ((*cmd)->fn == cmd_run) {
+		split_run(c, argc, argv, i);
+		return;
+	}
+	/* Positional arguments, global options may follow the command. */
+	c->argv = calloc((size_t)argc + 1, sizeof(char *));
+	if (!c->argv) {
+		warnx("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	while (i < argc) {
+		if ((n = global_option(c, argc, argv, i))) {
+			i += n;
+			continue;
+		}
+		if (argv[i][0] == '-' && strcmp(argv[i], "--all") != 0)
+			die_usage("unknown option '%s'", argv[i]);
+		c->argv[c->argc++] = argv[i++];
+	}
+	if (c->pid && !(*cmd)->takes_pid)
+		die_usage("-p PID works with get, set and reset only");
+}
+
+int main(int argc, char **argv)
+{
+	struct hpctl c = { 0 };
+	const struct command *cmd;
+	char **owned;
+	int rc;
+
+	/* hpctl uses the library to read knobs; it must not publish a
+	 * proc/<pid> entry of its own. */
+	publish_disable();
+	parse_args(&c, argc, argv, &cmd);
+	owned = cmd->fn == cmd_run ? NULL : c.argv;
+	rc = cmd->fn(&c);
+	free(owned);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		warnx("write error on standard output");
+		return EXIT_RUNTIME;
+	}
+	return rc;
+}
