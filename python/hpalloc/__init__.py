@@ -1,0 +1,63 @@
+"""hpalloc: huge-page backed memory for NumPy arrays.
+
+This package only translates: every policy (knobs, sizes, page choice) lives
+in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
+
+    import hpalloc
+    hpalloc.stats()               # the library's counters
+    hpalloc.config()              # effective knobs, their sources and help
+    hpalloc.set("threshold", "4M")
+    import hpalloc.numpy
+    hpalloc.numpy.install()       # every NumPy array from now on
+"""
+
+from . import _hpalloc
+
+__all__ = ["__version__", "stats", "config", "set", "reset", "parse_size",
+           "format_size", "cache_flush"]
+
+__version__ = _hpalloc.version()
+
+
+def stats():
+    """The library's counters as {name: int} (names from hp_stat_name)."""
+    return _hpalloc.stats()
+
+
+def config():
+    """Effective knobs: {knob: {"value", "source", "default", "help", ...}}."""
+    return _hpalloc.config()
+
+
+def set(knob, value):
+    """Per-process override of one knob (highest precedence).
+
+    Raises ValueError with the library's message when the knob or the value
+    is refused; nothing changes then."""
+    if isinstance(value, bool):
+        raise TypeError("knob values are strings or ints, not bool")
+    if isinstance(value, int):
+        value = str(value)
+    if not isinstance(knob, str) or not isinstance(value, str):
+        raise TypeError("set(knob: str, value: str | int)")
+    _hpalloc.set(knob, value)
+
+
+def reset(knob=None):
+    """Drop the per-process override of knob (None: of every knob)."""
+    _hpalloc.unset(knob)
+
+
+def parse_size(text):
+    """'4M' -> 4194304, parsed by the library."""
+    return _hpalloc.parse_size(text)
+
+
+def format_size(nbytes):
+    """4194304 -> '4M', formatted by the library."""
+    return _hpalloc.format_size(nbytes)
+
+
+def cache_flush():
+    """Give every cached huge block back to the kernel now and wait."""
+    _hpalloc.cache_flush()

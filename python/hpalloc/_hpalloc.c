@@ -1,0 +1,491 @@
+/* hpalloc._hpalloc — the thin adapter between Python/NumPy and libhpalloc.
+ *
+ * No allocation policy lives here: the NumPy handlers are tables of the
+ * library's NEP 49 entry points (hp_ctx_*), and every other function only
+ * converts between C structs and Python objects.  Policy (knob parsing,
+ * page-size validation, routing) stays in the library.
+ *
+ * NumPy is imported lazily, by the handler functions only, so that
+ * `import hpalloc` (stats, knobs) never imports NumPy.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Only the public NEP 49 API (NumPy >= 1.22) is used.  With NumPy >= 1.25
+ * headers (including 2.x) this keeps the module loadable by NumPy 1.22. */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#ifndef NPY_TARGET_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION
+#endif
+#include <numpy/arrayobject.h>
+
+#if !defined(NPY_1_22_API_VERSION) || NPY_FEATURE_VERSION < NPY_1_22_API_VERSION
+#error "hpalloc needs NumPy >= 1.22 headers (NEP 49 PyDataMem_Handler)"
+#endif
+
+#include <errno.h>
+#include <string.h>
+
+#include "hpalloc.h"
+
+/* NumPy looks a handler up by this capsule name. */
+#define MEM_HANDLER_CAPSULE "mem_handler"
+
+/* ---- handlers ----------------------------------------------------------
+ * Arrays keep a reference to the handler they were created with and call
+ * its free() whenever they die — possibly after uninstall(), in another
+ * thread, or at interpreter exit.  So handlers are static structs and their
+ * capsules are created once and never released: they are immortal. */
+
+static PyDataMem_Handler knob_handler = {
+	"hpalloc",
+	1,
+	{NULL, hp_ctx_malloc, hp_ctx_calloc, hp_ctx_realloc, hp_ctx_free},
+};
+static PyObject *knob_capsule;
+
+/* One handler per explicit hugetlb page size (2 MiB, 1 GiB, ...).  Same
+ * name and version: only the context, which forces the page size, differs. */
+#define PAGESIZE_SLOTS 4
+struct pagesize_handler {
+	size_t pagesize;
+	PyDataMem_Handler handler;
+	PyObject *capsule;
+};
+static struct pagesize_handler pagesize_handlers[PAGESIZE_SLOTS];
+
+static int numpy_ready(void)
+{
+	if (PyArray_API != NULL)
+		return 0;
+	return _import_array(); /* sets an exception on failure */
+}
+
+static PyObject *make_capsule(PyDataMem_Handler *handler)
+{
+	/* No destructor: the struct is static. */
+	return PyCapsule_New(handler, MEM_HANDLER_CAPSULE, NULL);
+}
+
+static PyObject *py_handler(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	if (knob_capsule == NULL) {
+		knob_capsule = make_capsule(&knob_handler);
+		if (knob_capsule == NULL)
+			return NULL;
+	}
+	Py_INCREF(knob_capsule);
+	return knob_capsule;
+}
+
+/* A size from a Python int or a string the library parses ("1G"). */
+static int size_from_object(PyObject *obj, uint64_t *out)
+{
+	if (PyLong_Check(obj)) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+			PyErr_Format(PyExc_ValueError,
+				     "invalid size %R: must be >= 0", obj);
+			return -1;
+		}
+		*out = v;
+		return 0;
+	}
+	if (!PyUnicode_Check(obj)) {
+		PyErr_Format(PyExc_TypeError,
+			     "size must be an int or a string like \"2M\", not %.100s",
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	const char *text = PyUnicode_AsUTF8(obj);
+	if (text == NULL)
+		return -1;
+	if (hp_parse_size(text, out) != 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "invalid size %R: expected bytes or a number with a K/M/G/T suffix",
+			     obj);
+		return -1;
+	}
+	return 0;
+}
+
+static struct pagesize_handler *find_pagesize_handler(size_t pagesize)
+{
+	for (int i = 0; i < PAGESIZE_SLOTS; i++)
+		if (pagesize_handlers[i].capsule != NULL &&
+		    pagesize_handlers[i].pagesize == pagesize)
+			return &pagesize_handlers[i];
+	return NULL;
+}
+
+static struct pagesize_handler *new_pagesize_handler(size_t pagesize)
+{
+	struct pagesize_handler *slot = NULL;
+	for (int i = 0; i < PAGESIZE_SLOTS && slot == NULL; i++)
+		if (pagesize_handlers[i].capsule == NULL)
+			slot = &pagesize_handlers[i];
+	if (slot == NULL) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"too many distinct hugetlb page sizes");
+		return NULL;
+	}
+	errno = 0;
+	void *ctx = hp_ctx_pagesize(pagesize);
+	if (ctx == NULL) {
+		char text[32];
+		if (hp_format_size(pagesize, text, sizeof text) != 0)
+			snprintf(text, sizeof text, "%zu", pagesize);
+		PyErr_Format(PyExc_ValueError,
+			     "page size %s is not offered by this kernel (%s)",
+			     text, strerror(errno ? errno : EINVAL));
+		return NULL;
+	}
+	slot->pagesize = pagesize;
+	slot->handler = knob_handler;
+	slot->handler.allocator.ctx = ctx;
+	slot->capsule = make_capsule(&slot->handler);
+	return slot->capsule ? slot : NULL;
+}
+
+static PyObject *py_pagesize_handler(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	uint64_t pagesize;
+	if (size_from_object(arg, &pagesize) != 0)
+		return NULL;
+	struct pagesize_handler *h = find_pagesize_handler(pagesize);
+	if (h == NULL)
+		h = new_pagesize_handler(pagesize);
+	if (h == NULL)
+		return NULL;
+	Py_INCREF(h->capsule);
+	return h->capsule;
+}
+
+/* NumPy's current handler lives in a ContextVar: this sets it in the
+ * calling context only and returns the one it replaces. */
+static PyObject *py_set_handler(PyObject *self, PyObject *capsule)
+{
+	(void)self;
+	if (numpy_ready() != 0)
+		return NULL;
+	if (!PyCapsule_IsValid(capsule, MEM_HANDLER_CAPSULE)) {
+		PyErr_SetString(PyExc_TypeError,
+				"expected a NumPy mem_handler capsule");
+		return NULL;
+	}
+	return PyDataMem_SetHandler(capsule);
+}
+
+static PyObject *py_get_handler(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	if (numpy_ready() != 0)
+		return NULL;
+	return PyDataMem_GetHandler();
+}
+
+/* ---- backing -------------------------------------------------------------- */
+
+static int add_size(PyObject *dict, const char *key, size_t value)
+{
+	PyObject *v = PyLong_FromSize_t(value);
+	if (v == NULL)
+		return -1;
+	int rc = PyDict_SetItemString(dict, key, v);
+	Py_DECREF(v);
+	return rc;
+}
+
+static int add_kernel_fields(PyObject *dict, const struct hp_kernel_backing *k)
+{
+	if (add_size(dict, "kernel_page_size", k->kernel_page_size) ||
+	    add_size(dict, "rss_bytes", k->rss_bytes) ||
+	    add_size(dict, "anon_huge_bytes", k->anon_huge_bytes) ||
+	    add_size(dict, "hugetlb_bytes", k->hugetlb_bytes) ||
+	    add_size(dict, "huge_bytes", k->huge_bytes))
+		return -1;
+	return PyDict_SetItemString(dict, "thp_eligible",
+				    k->thp_eligible ? Py_True : Py_False);
+}
+
+static int address_from_object(PyObject *obj, void **out)
+{
+	void *p = PyLong_AsVoidPtr(obj);
+	if (p == NULL && PyErr_Occurred())
+		return -1;
+	*out = p;
+	return 0;
+}
+
+/* backing(address) for an address inside a block hpalloc handed out. */
+static PyObject *py_backing(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	void *ptr;
+	struct hp_backing b;
+	if (address_from_object(arg, &ptr) != 0)
+		return NULL;
+	if (hp_backing(ptr, &b) != 0)
+		return PyErr_SetFromErrno(errno == EINVAL ? PyExc_ValueError
+							  : PyExc_OSError);
+	PyObject *dict = PyDict_New();
+	if (dict == NULL)
+		return NULL;
+	const char *backend = hp_backend_name(b.backend);
+	PyObject *name = PyUnicode_FromString(backend ? backend : "unknown");
+	if (name == NULL || PyDict_SetItemString(dict, "backend", name) ||
+	    add_size(dict, "usable_size", b.usable_size) ||
+	    add_size(dict, "mapping_size", b.mapping_size) ||
+	    add_size(dict, "requested_page_size", b.requested_page_size) ||
+	    add_kernel_fields(dict, &b.kernel)) {
+		Py_XDECREF(name);
+		Py_DECREF(dict);
+		return NULL;
+	}
+	Py_DECREF(name);
+	return dict;
+}
+
+/* kernel_backing(address, length): smaps for any range, hpalloc's or not. */
+static PyObject *py_kernel_backing(PyObject *self, PyObject *args)
+{
+	(void)self;
+	PyObject *addr_obj;
+	Py_ssize_t length;
+	void *addr;
+	struct hp_kernel_backing k;
+	if (!PyArg_ParseTuple(args, "On:kernel_backing", &addr_obj, &length))
+		return NULL;
+	if (address_from_object(addr_obj, &addr) != 0)
+		return NULL;
+	if (length < 0) {
+		PyErr_SetString(PyExc_ValueError, "length must be >= 0");
+		return NULL;
+	}
+	if (hp_kernel_backing(addr, (size_t)length, &k) != 0)
+		return PyErr_SetFromErrno(errno == EINVAL ? PyExc_ValueError
+							  : PyExc_OSError);
+	PyObject *dict = PyDict_New();
+	if (dict == NULL)
+		return NULL;
+	if (add_kernel_fields(dict, &k) != 0) {
+		Py_DECREF(dict);
+		return NULL;
+	}
+	return dict;
+}
+
+/* ---- statistics and knobs ------------------------------------------------ */
+
+static PyObject *py_stats(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	struct hp_stats s;
+	if (hp_stats_get(&s) != 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	PyObject *dict = PyDict_New();
+	if (dict == NULL)
+		return NULL;
+	for (int i = 0; i < HP_STAT_COUNT; i++) {
+		const char *name = hp_stat_name(i);
+		PyObject *v = PyLong_FromUnsignedLongLong(s.v[i]);
+		if (name == NULL || v == NULL ||
+		    PyDict_SetItemString(dict, name, v) != 0) {
+			Py_XDECREF(v);
+			Py_DECREF(dict);
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_RuntimeError,
+					     "statistic %d has no name", i);
+			return NULL;
+		}
+		Py_DECREF(v);
+	}
+	return dict;
+}
+
+static int add_str(PyObject *dict, const char *key, const char *value)
+{
+	if (value == NULL)
+		return PyDict_SetItemString(dict, key, Py_None);
+	PyObject *v = PyUnicode_FromString(value);
+	if (v == NULL)
+		return -1;
+	int rc = PyDict_SetItemString(dict, key, v);
+	Py_DECREF(v);
+	return rc;
+}
+
+static PyObject *knob_dict(const struct hp_knob_info *info)
+{
+	PyObject *d = PyDict_New();
+	if (d == NULL)
+		return NULL;
+	if (add_str(d, "value", info->value) ||
+	    add_str(d, "source", hp_source_name(info->source)) ||
+	    add_str(d, "default", info->default_value) ||
+	    add_str(d, "help", info->help) ||
+	    add_str(d, "type", info->type) ||
+	    add_str(d, "accepted", info->accepted) ||
+	    add_str(d, "choices", info->choices) ||
+	    add_str(d, "rejected", info->rejected)) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+static PyObject *py_config(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	PyObject *dict = PyDict_New();
+	if (dict == NULL)
+		return NULL;
+	int count = hp_knob_count();
+	for (int i = 0; i < count; i++) {
+		struct hp_knob_info info;
+		PyObject *knob = NULL;
+		if (hp_knob_info(i, &info) != 0) {
+			PyErr_SetFromErrno(PyExc_OSError);
+		} else if ((knob = knob_dict(&info)) != NULL &&
+			   PyDict_SetItemString(dict, info.name, knob) == 0) {
+			Py_DECREF(knob);
+			continue;
+		}
+		Py_XDECREF(knob);
+		Py_DECREF(dict);
+		return NULL;
+	}
+	return dict;
+}
+
+/* Validate first so a refusal carries the library's own message (knob,
+ * bad value, what is accepted); only then apply. */
+static PyObject *py_set(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *name, *text;
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX] = "";
+	if (!PyArg_ParseTuple(args, "ss:set", &name, &text))
+		return NULL;
+	if (hp_knob_parse(name, text, canon, sizeof canon, err, sizeof err) != 0) {
+		PyErr_SetString(PyExc_ValueError,
+				err[0] ? err : "invalid knob or value");
+		return NULL;
+	}
+	if (hp_knob_set(name, text) != 0) {
+		if (errno == EINVAL || errno == ENOENT) {
+			PyErr_Format(PyExc_ValueError, "%s=%s refused: %s",
+				     name, text, strerror(errno));
+			return NULL;
+		}
+		return PyErr_SetFromErrno(PyExc_OSError);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_unset(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *name = NULL;
+	if (!PyArg_ParseTuple(args, "|z:unset", &name))
+		return NULL;
+	if (name != NULL && hp_knob_index(name) < 0) {
+		PyErr_Format(PyExc_ValueError, "unknown knob '%s'", name);
+		return NULL;
+	}
+	if (hp_knob_unset(name) != 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_parse_size(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	uint64_t v;
+	if (size_from_object(arg, &v) != 0)
+		return NULL;
+	return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *py_format_size(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	char buf[32];
+	unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (hp_format_size(v, buf, sizeof buf) != 0)
+		return PyErr_SetFromErrno(PyExc_ValueError);
+	return PyUnicode_FromString(buf);
+}
+
+static PyObject *py_version(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	return PyUnicode_FromString(hp_version());
+}
+
+static PyObject *py_cache_flush(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	Py_BEGIN_ALLOW_THREADS
+	hp_cache_flush();
+	hp_release_drain();
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+	{"handler", py_handler, METH_NOARGS,
+	 "handler() -> capsule of the 'hpalloc' NumPy handler (follows the knobs)"},
+	{"pagesize_handler", py_pagesize_handler, METH_O,
+	 "pagesize_handler(size) -> capsule of an 'hpalloc' handler forcing hugetlb pages of size"},
+	{"set_handler", py_set_handler, METH_O,
+	 "set_handler(capsule) -> previous; sets NumPy's handler in the current context"},
+	{"get_handler", py_get_handler, METH_NOARGS,
+	 "get_handler() -> NumPy's handler capsule of the current context"},
+	{"backing", py_backing, METH_O,
+	 "backing(address) -> dict: the hpalloc block holding address and what smaps says"},
+	{"kernel_backing", py_kernel_backing, METH_VARARGS,
+	 "kernel_backing(address, length) -> dict: what /proc/self/smaps says for the range"},
+	{"stats", py_stats, METH_NOARGS, "stats() -> dict of the library's counters"},
+	{"config", py_config, METH_NOARGS,
+	 "config() -> {knob: {value, source, default, help, ...}}"},
+	{"set", py_set, METH_VARARGS,
+	 "set(knob, value): per-process override; ValueError if refused"},
+	{"unset", py_unset, METH_VARARGS,
+	 "unset(knob=None): drop the per-process override of knob (None: all)"},
+	{"parse_size", py_parse_size, METH_O, "parse_size('4M') -> 4194304"},
+	{"format_size", py_format_size, METH_O, "format_size(4194304) -> '4M'"},
+	{"version", py_version, METH_NOARGS, "version() -> libhpalloc version"},
+	{"cache_flush", py_cache_flush, METH_NOARGS,
+	 "cache_flush(): release every cached block and wait for the releases"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT,
+	"hpalloc._hpalloc",
+	"Adapter between Python/NumPy and libhpalloc (use the hpalloc package).",
+	-1,
+	methods,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+};
+
+PyMODINIT_FUNC PyInit__hpalloc(void); /* the interpreter's entry point */
+
+PyMODINIT_FUNC PyInit__hpalloc(void)
+{
+	return PyModule_Create(&module);
+}

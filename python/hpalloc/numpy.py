@@ -1,0 +1,185 @@
+"""hpalloc as NumPy's data-memory handler (NEP 49).
+
+Importing this module changes nothing.  Then:
+
+    hpalloc.numpy.install()         # this thread and threads started later
+    hpalloc.numpy.uninstall()       # back to the previous handler
+    with hpalloc.numpy.enabled():   # this context only (thread, asyncio task)
+        ...
+    a = hpalloc.numpy.zeros((1 << 27,), pagesize="1G")   # on 1 GiB pages
+    hpalloc.numpy.backing(a)        # backend, page size, huge bytes (smaps)
+
+The handler is named "hpalloc", version 1.  Its functions are the library's
+NEP 49 entry points; the handler objects are immortal, so arrays made under
+hpalloc stay valid and are freed correctly after uninstall(), in any thread.
+
+NumPy keeps the current handler in a ContextVar, and a new thread starts
+with an empty context (the default handler).  install() therefore also hooks
+thread start-up (threading.Thread, hence concurrent.futures pools) so that
+threads started after install() use hpalloc too.  Threads that were already
+running keep their handler.
+"""
+
+import contextlib
+import contextvars
+import threading
+
+import numpy as _np
+
+from . import _hpalloc
+
+try:  # NumPy 2.x
+    from numpy._core.multiarray import get_handler_name, get_handler_version
+except ImportError:  # NumPy 1.22 - 1.26
+    from numpy.core.multiarray import get_handler_name, get_handler_version
+
+__all__ = ["install", "uninstall", "installed", "enabled", "empty", "zeros",
+           "backing", "get_handler_name", "get_handler_version",
+           "HANDLER_NAME", "HANDLER_VERSION"]
+
+HANDLER_NAME = "hpalloc"
+HANDLER_VERSION = 1
+
+_lock = threading.Lock()
+_installed = False
+_previous = None              # handler capsule replaced by install()
+_original_bootstrap = None    # threading.Thread._bootstrap_inner before us
+
+
+def installed():
+    """True between install() and uninstall()."""
+    return _installed
+
+
+def _set_hpalloc_in_this_context():
+    _hpalloc.set_handler(_hpalloc.handler())
+
+
+def _bootstrap_inner_with_hpalloc(self):
+    """Thread start-up: select hpalloc before the thread runs any code."""
+    if _installed:
+        try:
+            context = getattr(self, "_context", None)
+            if isinstance(context, contextvars.Context):
+                # Python >= 3.14 runs Thread.run() inside self._context.
+                context.run(_set_hpalloc_in_this_context)
+            else:
+                _set_hpalloc_in_this_context()
+        except Exception:  # never prevent a thread from starting
+            pass
+    _original_bootstrap(self)
+
+
+def _hook_threads():
+    global _original_bootstrap
+    current = threading.Thread._bootstrap_inner
+    if current is _bootstrap_inner_with_hpalloc:
+        return
+    _original_bootstrap = current
+    threading.Thread._bootstrap_inner = _bootstrap_inner_with_hpalloc
+
+
+def _unhook_threads():
+    # If someone wrapped our hook since, leave theirs in place: ours is a
+    # pass-through while not installed.
+    if threading.Thread._bootstrap_inner is _bootstrap_inner_with_hpalloc:
+        threading.Thread._bootstrap_inner = _original_bootstrap
+
+
+def install():
+    """Use hpalloc for every NumPy array allocated from now on, in this
+    thread (this context) and in threads started afterwards.  Idempotent."""
+    global _installed, _previous
+    with _lock:
+        previous = _hpalloc.set_handler(_hpalloc.handler())
+        if not _installed:
+            _previous = previous
+            _installed = True
+            _hook_threads()
+
+
+def uninstall():
+    """Restore the handler that install() replaced (in the calling context)
+    and stop selecting hpalloc in new threads.  Arrays allocated under
+    hpalloc stay valid."""
+    global _installed, _previous
+    with _lock:
+        if not _installed:
+            return
+        _installed = False
+        _unhook_threads()
+        previous, _previous = _previous, None
+        _hpalloc.set_handler(previous)
+
+
+def _handler(pagesize):
+    if pagesize is None:
+        return _hpalloc.handler()
+    return _hpalloc.pagesize_handler(pagesize)
+
+
+@contextlib.contextmanager
+def enabled(pagesize=None):
+    """hpalloc for arrays allocated inside the block, in this context only
+    (this thread / this asyncio task); the previous handler comes back on
+    exit, also on exceptions.  pagesize ("2M", "1G"): force hugetlb pages
+    of that size regardless of the threshold and mode knobs."""
+    previous = _hpalloc.set_handler(_handler(pagesize))
+    try:
+        yield
+    finally:
+        _hpalloc.set_handler(previous)
+
+
+def empty(shape, dtype=float, order="C", *, pagesize="2M"):
+    """np.empty on hugetlb pages of pagesize, whatever the threshold.
+    The pool being short is handled by the `fallback` knob (MemoryError
+    with fallback=fail)."""
+    with enabled(pagesize):
+        return _np.empty(shape, dtype=dtype, order=order)
+
+
+def zeros(shape, dtype=float, order="C", *, pagesize="2M"):
+    """np.zeros on hugetlb pages of pagesize, whatever the threshold."""
+    with enabled(pagesize):
+        return _np.zeros(shape, dtype=dtype, order=order)
+
+
+def _data_owner(arr):
+    """The ndarray that owns arr's memory (arr itself, or the end of its
+    chain of ndarray bases), or None when the memory is not an ndarray's
+    (a buffer, mmap, ...)."""
+    while not arr.flags.owndata:
+        base = arr.base
+        if not isinstance(base, _np.ndarray):
+            return None
+        arr = base
+    return arr
+
+
+def _address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+def backing(arr):
+    """Where arr's data lives: {"handler", "backend", "usable_size",
+    "mapping_size", "requested_page_size", "kernel_page_size", "rss_bytes",
+    "anon_huge_bytes", "hugetlb_bytes", "huge_bytes", "thp_eligible"}.
+
+    The kernel_* / *_bytes fields are what /proc/self/smaps reports.  For
+    memory hpalloc did not allocate, "backend" and the block fields are None
+    and the kernel fields cover arr's own bytes."""
+    arr = _np.asarray(arr)
+    owner = _data_owner(arr)
+    handler = get_handler_name(owner) if owner is not None else None
+    if handler == HANDLER_NAME:
+        # The owner's pointer is the block's start, which the library can
+        # look up for every backend (views may point inside the block).
+        info = _hpalloc.backing(_address(owner))
+    else:
+        info = {"backend": None, "usable_size": None, "mapping_size": None,
+                "requested_page_size": None}
+        info.update(_hpalloc.kernel_backing(_address(arr),
+                                            max(arr.nbytes, 1)))
+    info["handler"] = handler
+    return info

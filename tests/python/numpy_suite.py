@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""make check-numpy: NumPy's own test suite without and with hpalloc.
+
+Runs `python -m pytest --pyargs numpy -m "not slow"` twice: once with
+NumPy's default handler and once with HPALLOC_NUMPY=1, i.e. hpalloc
+installed process-wide by the .pth at interpreter start, as users get it.
+Both runs see the same package layout (a user site directory holding the
+build tree's package and .pth); only the variable differs.
+
+Writes <out-dir>/{default,hpalloc}.txt ("nodeid outcome" per test) and
+their logs, then fails if any test's outcome differs unless the test is
+listed in docs/numpy-testsuite.md (a line "- `nodeid` — reason"; fnmatch
+patterns allowed) — each listed test must assert NumPy's own default-handler
+semantics, anything else is a bug in hpalloc.
+
+This file is also the pytest plugin (-p numpy_suite) that records outcomes.
+"""
+
+import argparse
+import fnmatch
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+RESULTS_ENV = "HPALLOC_TEST_NUMPY_SUITE_RESULTS"
+
+# ---- the plugin, loaded into the NumPy test run ------------------------------
+
+_outcomes = {}
+
+
+def _merge(nodeid, outcome):
+    rank = ["passed", "xfailed", "skipped", "xpassed", "failed", "error"]
+    old = _outcomes.get(nodeid)
+    if old is None or rank.index(outcome) > rank.index(old):
+        _outcomes[nodeid] = outcome
+
+
+def pytest_runtest_logreport(report):
+    xfail = hasattr(report, "wasxfail")
+    if report.failed:
+        _merge(report.nodeid, "failed" if report.when == "call" else "error")
+    elif report.skipped:
+        _merge(report.nodeid, "xfailed" if xfail else "skipped")
+    elif report.when == "call":
+        _merge(report.nodeid, "xpassed" if xfail else "passed")
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get(RESULTS_ENV)
+    if not path:
+        return
+    try:
+        from numpy.core.multiarray import get_handler_name
+    except ImportError:
+        from numpy._core.multiarray import get_handler_name
+    with open(path, "w") as f:
+        f.write("# handler %s\n" % get_handler_name())
+        for nodeid in sorted(_outcomes):
+            f.write("%s %s\n" % (nodeid, _outcomes[nodeid]))
+
+
+# ---- the driver ------------------------------------------------------------------
+
+def user_site_env(base, inplace):
+    """Environment whose user site holds the package and its .pth."""
+    env = dict(os.environ, PYTHONUSERBASE=base, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("HPALLOC_NUMPY", None)
+    env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+    site_dir = subprocess.run(
+        [sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+        env=env, capture_output=True, text=True, check=True).stdout.strip()
+    os.makedirs(site_dir, exist_ok=True)
+    for name in ("hpalloc", "hpalloc-numpy.pth"):
+        os.symlink(os.path.join(inplace, name), os.path.join(site_dir, name))
+    return env
+
+
+def run_suite(label, env, out_dir, work_dir, pytest_args):
+    results = os.path.join(out_dir, label + ".txt")
+    log = os.path.join(out_dir, label + ".log")
+    env = dict(env, **{RESULTS_ENV: results})
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "numpy", "-m", "not slow",
+           "-q", "-p", "no:cacheprovider", "-p", "numpy_suite"] + pytest_args
+    print("check-numpy: %s run: %s (log: %s)" % (label, " ".join(cmd), log), flush=True)
+    start = time.monotonic()
+    with open(log, "w") as out:
+        status = subprocess.run(cmd, env=env, cwd=work_dir, stdout=out,
+                                stderr=subprocess.STDOUT).returncode
+    with open(log) as f:
+        tail = [line for line in f.read().splitlines() if line.strip()][-1:]
+    print("check-numpy: %s run: exit %d in %.0f s: %s" % (
+        label, status, time.monotonic() - start, tail[0] if tail else ""), flush=True)
+    if not os.path.exists(results):
+        sys.exit("check-numpy: the %s run wrote no results (see %s)" % (label, log))
+    return read_results(results)
+
+
+def read_results(path):
+    handler, outcomes = None, {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# handler "):
+                handler = line.split()[2]
+            elif line.strip():
+                nodeid, outcome = line.rstrip("\n").rsplit(" ", 1)
+                outcomes[nodeid] = outcome
+    return handler, outcomes
+
+
+def read_allowed(path):
+    """{pattern: reason} from '- `pattern` — reason' lines."""
+    allowed = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^\s*[-*]\s+`([^`]+)`\s*(?:[-—:]+\s*)?(.*)$", line)
+            if m and "::" in m.group(1):
+                allowed[m.group(1)] = m.group(2).strip()
+    return allowed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--allowed", required=True, help="docs/numpy-testsuite.md")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
+                        help="the build tree's python/inplace directory")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
+    args = parser.parse_args()
+    if not args.inplace:
+        sys.exit("check-numpy: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) is required")
+    os.makedirs(args.out_dir, exist_ok=True)
+    allowed = read_allowed(args.allowed)
+
+    with tempfile.TemporaryDirectory(prefix="hpalloc-check-numpy.") as tmp:
+        env = user_site_env(os.path.join(tmp, "userbase"), args.inplace)
+        work = os.path.join(tmp, "work")
+        os.mkdir(work)
+        default_handler, default = run_suite("default", env, args.out_dir, work,
+                                             args.pytest_args)
+        hp_env = dict(env, HPALLOC_NUMPY="1")
+        hp_handler, hp = run_suite("hpalloc", hp_env, args.out_dir, work,
+                                   args.pytest_args)
+
+    if default_handler != "default_allocator" or hp_handler != "hpalloc":
+        sys.exit("check-numpy: handlers at the end of the runs were %s and %s, "
+                 "expected default_allocator and hpalloc" % (default_handler, hp_handler))
+
+    differ = sorted(n for n in set(default) | set(hp) if default.get(n) != hp.get(n))
+    unexplained, explained = [], []
+    for nodeid in differ:
+        line = "%s: %s -> %s" % (nodeid, default.get(nodeid, "absent"), hp.get(nodeid, "absent"))
+        patterns = [p for p in allowed if fnmatch.fnmatchcase(nodeid, p)]
+        (explained if patterns else unexplained).append(line)
+    unused = [p for p in allowed if not any(fnmatch.fnmatchcase(n, p) for n in differ)]
+
+    count = lambda res, what: sum(1 for o in res.values() if o == what)  # noqa: E731
+    for label, res in (("default", default), ("hpalloc", hp)):
+        print("check-numpy: %-8s %d passed, %d failed, %d errors, %d skipped, %d xfailed" % (
+            label, count(res, "passed"), count(res, "failed"), count(res, "error"),
+            count(res, "skipped"), count(res, "xfailed")))
+    for line in explained:
+        print("check-numpy: differs, explained in the docs: " + line)
+    for pattern in unused:
+        print("check-numpy: note: listed but did not differ this time: " + pattern)
+    for line in unexplained:
+        print("check-numpy: DIFFERS, not explained: " + line)
+    print("check-numpy: %d tests differ, %d explained, %d unexplained" % (
+        len(differ), len(explained), len(unexplained)))
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
