@@ -1,0 +1,1 @@
+echo "not written yet" >&2; exit 77

@@ -1,0 +1,109 @@
+# Shared helpers of the hpctl tests (sourced, not run).
+#
+# Every test gets a private control directory from tests/run-test
+# (HPALLOC_CONTROL_DIR); run by hand, a temporary one is made here.  Tests
+# drive hpctl as a user would and check what it prints, what it leaves in
+# the control directory and how its exit status says it went.
+
+set -u
+builddir=${top_builddir:-.}
+HPCTL=${HPCTL:-$builddir/tools/hpctl}
+KNOBWATCH=${KNOBWATCH:-$builddir/tests/cli/knobwatch}
+[ -x "$HPCTL" ] || { echo "hpctl not built at $HPCTL" >&2; exit 99; }
+
+tmp=$(mktemp -d "${HPALLOC_TEST_TMPDIR:-${TMPDIR:-/tmp}}/cli.XXXXXX") || exit 99
+if [ -z "${HPALLOC_CONTROL_DIR:-}" ]; then
+	export HPALLOC_CONTROL_DIR=$tmp/control
+	mkdir -m 0755 "$HPALLOC_CONTROL_DIR"
+fi
+CTL=$HPALLOC_CONTROL_DIR
+# The caller's knob settings must not change results.
+for var in $(compgen -e HPALLOC_); do
+	case $var in HPALLOC_CONTROL_DIR|HPALLOC_TEST_*) ;; *) unset "$var" ;; esac
+done
+
+bg_pids=()
+cleanup() {
+	local p
+	for p in "${bg_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+checks=0
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { checks=$((checks + 1)); }
+done_ok() { echo "PASS: $checks checks"; exit 0; }
+
+# run CMD...: runs it, stdout in $out, stderr in $err, status in $rc.
+run() {
+	"$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	out=$(cat "$tmp/out")
+	err=$(cat "$tmp/err")
+}
+
+# expect RC CMD...: run and check the exit status.
+expect() {
+	local want=$1
+	shift
+	run "$@"
+	[ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $err; stdout: $out"
+	ok
+}
+
+contains() { # contains HAYSTACK NEEDLE WHAT
+	case $1 in *"$2"*) ok ;; *) fail "$3: expected '$2' in: $1" ;; esac
+}
+
+# One line per entry: path, type, mode, owner, size, mtime (ns), content
+# hash: any change at all to the tree changes the sum.
+tree_sum() {
+	(cd "$1" && find . -printf '%p %y %m %u %s %T@\n' | LC_ALL=C sort &&
+		find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) |
+		sha256sum | cut -d' ' -f1
+}
+
+valid_json() { # valid_json TEXT WHAT
+	printf '%s' "$1" | python3 -c 'import json,sys; json.load(sys.stdin)' 2>/dev/null ||
+		fail "$2: not valid JSON: $1"
+	ok
+}
+
+# wait_for FILE PATTERN [SECONDS]: poll (every 50 ms) until a line of FILE
+# matches the extended regex; the specification's bound is 1 s, the tests
+# allow 1.5 s so scheduling noise on a busy machine does not fail them.
+# Only lines after line $wait_after (default 0) count.
+wait_after=0
+wait_for() {
+	local file=$1 pattern=$2 limit=${3:-1.5} start now
+	start=$(date +%s%N)
+	while :; do
+		tail -n "+$((wait_after + 1))" "$file" 2>/dev/null | grep -Eq -- "$pattern" && return 0
+		now=$(date +%s%N)
+		[ $(( (now - start) / 1000000 )) -ge "$(awk "BEGIN{print int($limit*1000)}")" ] && return 1
+		sleep 0.05
+	done
+}
+
+# start_watch NAME KNOB...: a background knobwatch; its pid in $watch_pid,
+# output in $tmp/NAME.out.  Waits until it is ready and has published.
+start_watch() {
+	local name=$1
+	shift
+	"$KNOBWATCH" -t 120 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	watch_pid=$!
+	bg_pids+=("$watch_pid")
+	wait_for "$tmp/$name.out" '^ready' 5 || fail "knobwatch did not start: $(cat "$tmp/$name.err")"
+	local real
+	real=$(sed -n 's/^ready //p' "$tmp/$name.out")
+	[ "$real" = "$watch_pid" ] || watch_pid=$real
+	# The janitor publishes within one tick (250 ms); allow 2 s.
+	local i
+	for i in $(seq 40); do
+		[ -f "$CTL/proc/$watch_pid/stats" ] && return 0
+		sleep 0.05
+	done
+	fail "knobwatch $watch_pid never published $CTL/proc/$watch_pid/stats"
+}

@@ -1,0 +1,155 @@
+#!/bin/bash
+# Running processes: a change in the control directory reaches them within
+# 1 s without a restart; per-process overrides (hpctl -p PID) reach only
+# that process and beat the environment; their stats are published, shown
+# by hpctl stats, removed at exit; entries of killed processes are pruned.
+. "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
+
+[ -x "$KNOBWATCH" ] || { echo "knobwatch not built at $KNOBWATCH" >&2; exit 99; }
+
+# ms_since T0: milliseconds since date +%s%N gave T0.
+ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+
+# mark WATCHNAME: only what the process prints from now on counts.
+mark() { marked=$(wc -l <"$tmp/$1.out"); }
+marked=0
+
+# reaches WATCHNAME KNOB=VALUE SOURCE WHAT: after the mark, the process
+# prints the value within the bound.
+reaches() {
+	local t0=$(date +%s%N) rc
+	wait_after=$marked wait_for "$tmp/$1.out" "^$2 $3\$"
+	rc=$?
+	marked=0
+	[ $rc = 0 ] || fail "$4: '$2 $3' did not reach the process within 1.5 s; it printed: $(tail -3 "$tmp/$1.out")"
+	echo "$4: reached the process in $(ms_since "$t0") ms (after hpctl returned)"
+	ok
+}
+
+expect 0 "$HPCTL" get threshold
+threshold_default=${out#threshold=}
+
+# ---- live changes ----------------------------------------------------------------
+start_watch w1 threshold mode
+pid1=$watch_pid
+reaches w1 "threshold=$threshold_default" default "initial value"
+mark w1
+expect 0 "$HPCTL" set threshold=8M
+reaches w1 threshold=8M control "hpctl set threshold=8M"
+mark w1
+expect 0 "$HPCTL" set mode=thp
+reaches w1 mode=thp control "hpctl set mode=thp"
+# Edited in place (same inode), twice with the same size within a second:
+# coarse timestamps must not hide the second edit.
+mark w1
+printf '16M\n' >"$CTL/threshold"
+reaches w1 threshold=16M control "in-place edit"
+mark w1
+printf '32M\n' >"$CTL/threshold"
+reaches w1 threshold=32M control "second same-size in-place edit"
+# A deleted file means back to the default.
+mark w1
+expect 0 "$HPCTL" reset mode
+reaches w1 mode=auto default "hpctl reset mode"
+# A refused value keeps the last good one.
+printf 'bogus\n' >"$CTL/threshold"
+sleep 0.6
+grep '^threshold=' "$tmp/w1.out" | tail -1 | grep -q '^threshold=32M control$' && ! grep -q bogus "$tmp/w1.out" ||
+	fail "a rejected value changed the process: $(tail -3 "$tmp/w1.out")"
+ok
+printf '32M\n' >"$CTL/threshold"
+
+# ---- stats of a running process ------------------------------------------------------
+expect 0 "$HPCTL" stats "$pid1"
+contains "$out" "pid $pid1 (knobwatch)" "stats PID header"
+contains "$out" "threshold=32M (control)" "stats PID knobs"
+contains "$out" "config_generation" "stats PID counters"
+contains "$out" "rejected: " "stats shows the rejected value"
+expect 0 "$HPCTL" stats
+contains "$out" "pid $pid1 (knobwatch)" "stats of all processes"
+expect 0 "$HPCTL" stats --json "$pid1"
+valid_json "$out" "stats --json"
+printf '%s' "$out" | python3 -c '
+import json, sys
+(p,) = json.load(sys.stdin)
+assert p["pid"] == '"$pid1"' and p["comm"] == "knobwatch", p
+assert p["start_time"] > 0
+assert len(p["stats"]) >= 20 and "config_rejects" in p["stats"], p["stats"]
+assert p["stats"]["config_rejects"] >= 1, p["stats"]
+assert p["knobs"]["threshold"] == {"value": "32M", "source": "control", "rejected": p["knobs"]["threshold"]["rejected"]}
+assert "bogus" in p["knobs"]["threshold"]["rejected"], p["knobs"]["threshold"]
+' || fail "stats --json content: $out"
+ok
+# The stats file holds every counter hp_stat_name() knows.
+[ "$(grep -c '^stat ' "$CTL/proc/$pid1/stats")" -ge 20 ] || fail "stats file: $(cat "$CTL/proc/$pid1/stats")"
+ok
+
+# ---- per-process override ---------------------------------------------------------------------
+start_watch w2 threshold
+pid2=$watch_pid
+HPALLOC_THRESHOLD=2M start_watch w3 threshold
+pid3=$watch_pid
+reaches w3 threshold=2M env "environment beats the control directory"
+mark w1
+expect 0 "$HPCTL" -p "$pid1" set threshold=64M
+reaches w1 threshold=64M process "hpctl -p PID set"
+[ "$(cat "$CTL/proc/$pid1/override/threshold")" = 64M ] || fail "override file"
+ok
+mark w3
+expect 0 "$HPCTL" -p "$pid3" set threshold=128M
+reaches w3 threshold=128M process "override beats the environment"
+sleep 0.3
+grep -q '^threshold=64M' "$tmp/w2.out" && fail "the override of $pid1 reached $pid2"
+grep '^threshold=' "$tmp/w2.out" | tail -1 | grep -q '^threshold=32M control$' || fail "w2: $(cat "$tmp/w2.out")"
+ok
+# hpctl -p PID get reads what the process published.
+for i in $(seq 30); do
+	run "$HPCTL" -p "$pid1" get threshold
+	[ "$out" = threshold=64M ] && break
+	sleep 0.05
+done
+[ "$rc" = 0 ] && [ "$out" = threshold=64M ] || fail "-p get: $rc $out $err"
+ok
+expect 0 "$HPCTL" -p "$pid1" --json get
+valid_json "$out" "-p get --json"
+mark w1
+expect 0 "$HPCTL" -p "$pid1" reset threshold
+reaches w1 threshold=32M control "hpctl -p PID reset"
+# A process that does not use hpalloc, or no such process: runtime failure.
+expect 1 "$HPCTL" -p $$ set threshold=4M
+contains "$err" "does not publish" "-p of a non-hpalloc process"
+expect 2 "$HPCTL" -p "$pid1" set threshold=4Q
+[ -e "$CTL/proc/$pid1/override/threshold" ] && fail "refused -p set wrote a file"
+ok
+
+# ---- removed at exit -----------------------------------------------------------------------------
+[ -d "$CTL/proc/$pid2" ] || fail "w2 entry"
+kill -TERM "$pid2"
+wait "$pid2" 2>/dev/null
+[ -d "$CTL/proc/$pid2" ] && fail "entry of $pid2 not removed at exit: $(ls -R "$CTL/proc/$pid2")"
+ok
+
+# ---- pruning of a killed process ----------------------------------------------------------------------
+kill -KILL "$pid3"
+wait "$pid3" 2>/dev/null
+[ -f "$CTL/proc/$pid3/stats" ] || fail "a SIGKILLed process cannot clean up: its entry should still be there"
+ok
+expect 0 "$HPCTL" stats
+case $out in *"pid $pid3 "*) fail "stats lists dead $pid3" ;; esac
+contains "$err" "pruned the entry of dead process $pid3" "prune message"
+[ -e "$CTL/proc/$pid3" ] && fail "entry of $pid3 not pruned"
+ok
+# A live pid whose entry was left by an earlier process (recycled pid):
+# start times differ, so it is stale too.
+mkdir -p "$CTL/proc/$$/override"
+printf 'hpalloc-stats 1\npid %s\ncomm old\nstart_time 1\n' $$ >"$CTL/proc/$$/stats"
+echo 1G >"$CTL/proc/$$/override/threshold"
+expect 0 "$HPCTL" stats --json
+valid_json "$out" "stats --json of all"
+case $out in *"\"pid\":$$,"*) fail "stats lists the recycled pid $$" ;; esac
+[ -e "$CTL/proc/$$" ] && fail "recycled-pid entry not pruned"
+ok
+expect 1 "$HPCTL" -p "$pid3" get
+expect 0 "$HPCTL" stats "$pid1"
+
+done_ok
