@@ -1,0 +1,315 @@
+/* hpalloc micro-benchmark (issue 3's targets), `make bench-micro`:
+ *
+ *   1. cached hp_malloc + hp_free of 64 MiB           target <= 1 us per pair
+ *   2. minor faults for the first touch of 1 GiB
+ *      from hp_calloc, vs the 4 KiB page count         target <= 1/256
+ *   3. hp_free of a touched 1 GiB block, cache_max=0,
+ *      release through io_uring (vs synchronous)       target <= 50 us
+ *
+ * Every measurement is warmed up and repeated; medians and min-max are
+ * printed with PASS/MISS per target.  Runs with mode=thp, and again with
+ * mode=hugetlb (2 MiB pages) when a pool can be reserved (root); the pool is
+ * restored at exit.  Usage: micro [thp|hugetlb|all] (default all).
+ * Exit status 0 unless something failed to run; a MISS is a result.
+ */
+#include "hpalloc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define PAGE_4K 4096u
+
+#define CACHED_SIZE (64 * MiB)
+#define CACHED_PAIRS 20000
+#define CACHED_REPS 11
+#define TOUCH_SIZE GiB
+#define TOUCH_REPS 5
+#define FREE_REPS 7
+
+#define TARGET_CACHED_NS 1000.0
+#define TARGET_FAULT_RATIO 256.0
+#define TARGET_FREE_US 50.0
+
+#define POOL_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+#define POOL_FREE "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+/* 1 GiB blocks plus headroom for the one being released while the next is
+ * mapped */
+#define POOL_PAGES 1100
+
+static char pool_saved[32];
+static volatile sig_atomic_t pool_saved_len;
+
+/* ---- small utilities ------------------------------------------------------- */
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static long minor_faults(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+struct summary {
+	double median, min, max;
+};
+
+static struct summary summarize(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	struct summary s = { n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[0], v[n - 1] };
+	return s;
+}
+
+static void knob(const char *name, const char *value)
+{
+	if (hp_knob_set(name, value) != 0) {
+		fprintf(stderr, "micro: hp_knob_set(%s, %s): %s\n", name, value, strerror(errno));
+		exit(1);
+	}
+}
+
+static void touch(volatile unsigned char *p, size_t n)
+{
+	for (size_t off = 0; off < n; off += PAGE_4K)
+		p[off] = 1;
+}
+
+static const char *verdict(bool ok)
+{
+	return ok ? "PASS" : "MISS";
+}
+
+/* ---- hugetlb pool, restored at exit and on signals --------------------------- */
+static void restore_pool(void)
+{
+	if (!pool_saved_len)
+		return;
+	int fd = open(POOL_PATH, O_WRONLY);
+	if (fd >= 0) {
+		if (write(fd, pool_saved, (size_t)pool_saved_len) < 0) {
+			/* the run-test wrapper restores pools as well */
+		}
+		close(fd);
+	}
+}
+
+static void on_signal(int sig)
+{
+	restore_pool();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static long read_long(const char *path)
+{
+	char buf[32] = "";
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	return buf[0] ? strtol(buf, NULL, 10) : -1;
+}
+
+/* Returns false with the reason printed when no pool could be had. */
+static bool reserve_pool(void)
+{
+	if (geteuid() != 0) {
+		printf("hugetlb run skipped: not root, cannot reserve a 2 MiB pool\n");
+		return false;
+	}
+	FILE *f = fopen(POOL_PATH, "r");
+	if (!f || !fgets(pool_saved, sizeof(pool_saved), f)) {
+		printf("hugetlb run skipped: cannot read %s\n", POOL_PATH);
+		if (f)
+			fclose(f);
+		return false;
+	}
+	fclose(f);
+	long nr = strtol(pool_saved, NULL, 10), free_pages = read_long(POOL_FREE);
+	pool_saved_len = (sig_atomic_t)strlen(pool_saved);
+	atexit(restore_pool);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	f = fopen(POOL_PATH, "w");
+	if (f) {
+		fprintf(f, "%ld\n", nr + POOL_PAGES - (free_pages > 0 ? free_pages : 0));
+		fclose(f);
+	}
+	free_pages = read_long(POOL_FREE);
+	if (free_pages < POOL_PAGES) {
+		printf("hugetlb run skipped: the kernel gave %ld free 2 MiB pages, %d needed\n",
+		       free_pages, POOL_PAGES);
+		restore_pool();
+		return false;
+	}
+	return true;
+}
+
+/* ---- the three measurements ------------------------------------------------------ */
+static void bench_cached_pair(void)
+{
+	double v[CACHED_REPS];
+
+	knob("cache_max", "1G");
+	knob("cache_decay_ms", "600000");
+	for (int i = 0; i < CACHED_PAIRS; i++) /* warm-up, fills the cache */
+		hp_free(hp_malloc(CACHED_SIZE));
+	for (int r = 0; r < CACHED_REPS; r++) {
+		double t0 = now_ns();
+		for (int i = 0; i < CACHED_PAIRS; i++) {
+			void *p = hp_malloc(CACHED_SIZE);
+			__asm__ volatile("" : : "r"(p) : "memory");
+			hp_free(p);
+		}
+		v[r] = (now_ns() - t0) / CACHED_PAIRS;
+	}
+	struct summary s = summarize(v, CACHED_REPS);
+	printf("  cached malloc+free 64 MiB   median %8.1f ns/pair  (min %.1f, max %.1f)"
+	       "  target <= %.0f ns   %s\n", s.median, s.min, s.max, TARGET_CACHED_NS,
+	       verdict(s.median <= TARGET_CACHED_NS));
+	hp_cache_flush();
+	hp_release_drain();
+}
+
+static void bench_first_touch(void)
+{
+	double faults[TOUCH_REPS], ms[TOUCH_REPS];
+	const double pages = (double)(TOUCH_SIZE / PAGE_4K);
+
+	knob("cache_max", "0"); /* every calloc maps fresh memory */
+	/* warm-up: first touch of guest memory is slower on this VM */
+	for (int i = 0; i < 2; i++) {
+		unsigned char *p = hp_calloc(1, TOUCH_SIZE);
+		if (!p) {
+			fprintf(stderr, "micro: hp_calloc(1 GiB): %s\n", strerror(errno));
+			exit(1);
+		}
+		touch(p, TOUCH_SIZE);
+		hp_free(p);
+		hp_release_drain();
+	}
+	for (int r = 0; r < TOUCH_REPS; r++) {
+		long f0 = minor_faults();
+		double t0 = now_ns();
+		unsigned char *p = hp_calloc(1, TOUCH_SIZE);
+		if (!p)
+			exit(1);
+		touch(p, TOUCH_SIZE);
+		ms[r] = (now_ns() - t0) / 1e6;
+		faults[r] = (double)(minor_faults() - f0);
+		hp_free(p);
+		hp_release_drain();
+	}
+	struct summary f = summarize(faults, TOUCH_REPS), t = summarize(ms, TOUCH_REPS);
+	printf("  first touch 1 GiB (calloc)  median %8.0f faults   (min %.0f, max %.0f)"
+	       "  = 1/%.0f of %.0f 4 KiB pages, target <= 1/%.0f   %s\n",
+	       f.median, f.min, f.max, f.median > 0 ? pages / f.median : pages, pages,
+	       TARGET_FAULT_RATIO, verdict(f.median <= pages / TARGET_FAULT_RATIO));
+	printf("  first touch 1 GiB (calloc)  median %8.1f ms       (min %.1f, max %.1f)\n",
+	       t.median, t.min, t.max);
+}
+
+static struct summary time_free_1g(const char *uring)
+{
+	double us[FREE_REPS];
+
+	knob("cache_max", "0");
+	knob("uring", uring);
+	for (int r = -1; r < FREE_REPS; r++) { /* r = -1: warm-up */
+		unsigned char *p = hp_malloc(TOUCH_SIZE);
+		if (!p) {
+			fprintf(stderr, "micro: hp_malloc(1 GiB): %s\n", strerror(errno));
+			exit(1);
+		}
+		touch(p, TOUCH_SIZE);
+		double t0 = now_ns();
+		hp_free(p);
+		double t = (now_ns() - t0) / 1e3;
+		hp_release_drain(); /* not timed: the pages are gone before the next */
+		if (r >= 0)
+			us[r] = t;
+	}
+	return summarize(us, FREE_REPS);
+}
+
+static void bench_free_1g(void)
+{
+	struct hp_stats a, b;
+
+	hp_stats_get(&a);
+	struct summary on = time_free_1g("on");
+	hp_stats_get(&b);
+	struct summary off = time_free_1g("off");
+	bool via_uring = b.v[HP_STAT_URING_RELEASES] > a.v[HP_STAT_URING_RELEASES];
+
+	printf("  hp_free 1 GiB, uring on     median %8.1f us       (min %.1f, max %.1f)"
+	       "  target <= %.0f us   %s%s\n", on.median, on.min, on.max, TARGET_FREE_US,
+	       verdict(on.median <= TARGET_FREE_US),
+	       via_uring ? "" : "  (no io_uring release counted: io_uring unavailable?)");
+	printf("  hp_free 1 GiB, uring off    median %8.1f us       (min %.1f, max %.1f)"
+	       "  (synchronous, for comparison)\n", off.median, off.min, off.max);
+	knob("uring", "on");
+}
+
+static void run(const char *title)
+{
+	printf("\n%s\n", title);
+	bench_cached_pair();
+	bench_first_touch();
+	bench_free_1g();
+	hp_cache_flush();
+	hp_release_drain();
+}
+
+int main(int argc, char **argv)
+{
+	const char *which = argc > 1 ? argv[1] : "all";
+	bool thp = !strcmp(which, "thp") || !strcmp(which, "all");
+	bool hugetlb = !strcmp(which, "hugetlb") || !strcmp(which, "all");
+
+	if (!thp && !hugetlb) {
+		fprintf(stderr, "usage: %s [thp|hugetlb|all]\n", argv[0]);
+		return 2;
+	}
+	printf("hpalloc %s micro-benchmark (medians of repeated runs after warm-up)\n",
+	       hp_version());
+	knob("threshold", "1M");
+	if (thp) {
+		knob("mode", "thp");
+		run("mode=thp");
+	}
+	if (hugetlb && reserve_pool()) {
+		knob("mode", "hugetlb");
+		knob("pagesize", "2M");
+		knob("fallback", "fail");
+		run("mode=hugetlb pagesize=2M");
+		restore_pool();
+	}
+	return 0;
+}

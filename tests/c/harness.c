@@ -1,0 +1,679 @@
+/* Shared helpers of the cmocka C tests; see harness.h. */
+#include "harness.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <linux/io_uring.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define CHILD_FLAG "--harness-child"
+#define DEFAULT_WATCHDOG_S 90
+
+/* Under ASan an impossible size must come back as NULL + ENOMEM, as glibc
+ * does, not abort the test (errors.c asks for exactly that).  ASAN_OPTIONS
+ * still overrides. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+	return "allocator_may_return_null=1";
+}
+
+/* ---- pools, restorable from a signal handler ------------------------------- */
+struct saved_pool {
+	size_t pagesize;
+	char path[160];     /* .../nr_hugepages                 */
+	char value[32];     /* what it held before we changed it */
+	size_t value_len;
+};
+#define MAX_POOLS 4
+static struct saved_pool saved_pools[MAX_POOLS];
+static volatile sig_atomic_t saved_pool_count;
+
+static char control_dir[64];
+static pid_t owner_pid;
+static unsigned skipped_cases;
+
+/* Async-signal-safe: only open/write/close. */
+static void restore_pools_raw(void)
+{
+	for (int i = 0; i < saved_pool_count; i++) {
+		int fd = open(saved_pools[i].path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (write(fd, saved_pools[i].value, saved_pools[i].value_len) < 0) {
+			/* nothing better to do in a signal handler; the
+			 * run-test wrapper restores pools as well */
+		}
+		close(fd);
+	}
+}
+
+static void write_stderr(const char *msg)
+{
+	if (write(STDERR_FILENO, msg, strlen(msg)) < 0) {
+		/* stderr gone: nothing to report to */
+	}
+}
+
+static void on_fatal_signal(int sig)
+{
+	if (sig == SIGALRM)
+		write_stderr("harness: watchdog expired: the test hung "
+			     "(deadlock?) - failing\n");
+	else
+		write_stderr("harness: killed by a signal, restoring hugetlb pools\n");
+	if (getpid() == owner_pid)
+		restore_pools_raw();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type,
+			struct FTW *ftw)
+{
+	(void)sb;
+	(void)type;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void at_exit_cleanup(void)
+{
+	if (getpid() != owner_pid)
+		return;
+	harness_pools_restore();
+	if (control_dir[0])
+		nftw(control_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Inherited HPALLOC_* settings would make results depend on the caller's
+ * shell; each test sets the knobs it relies on. */
+static void drop_inherited_knobs(void)
+{
+	for (;;) {
+		char name[128] = "";
+		for (char **e = environ; *e; e++) {
+			if (strncmp(*e, "HPALLOC_", 8) == 0) {
+				size_t n = strcspn(*e, "=");
+				if (n < sizeof(name)) {
+					memcpy(name, *e, n);
+					name[n] = '\0';
+				}
+				break;
+			}
+		}
+		if (!name[0] || unsetenv(name) != 0)
+			return;
+	}
+}
+
+static void install_signal_handlers(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGALRM };
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_fatal_signal;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+		sigaction(sigs[i], &sa, NULL);
+}
+
+void harness_set_watchdog(unsigned seconds)
+{
+	alarm(seconds);
+}
+
+void harness_init(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	owner_pid = getpid();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	drop_inherited_knobs();
+	/* A private, empty control directory: a system-wide /run/hpalloc must
+	 * not change what the tests see. */
+	snprintf(control_dir, sizeof(control_dir), "/tmp/hpalloc-ctest-XXXXXX");
+	if (!mkdtemp(control_dir)) {
+		perror("harness: mkdtemp");
+		exit(1);
+	}
+	setenv("HPALLOC_CONTROL_DIR", control_dir, 1);
+	install_signal_handlers();
+	atexit(at_exit_cleanup);
+	harness_set_watchdog(DEFAULT_WATCHDOG_S);
+}
+
+void harness_note_skip(const char *fmt, ...)
+{
+	va_list ap;
+
+	skipped_cases++;
+	printf("SKIP: ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	hp_knob_unset(NULL);
+	hp_cache_flush();
+	hp_release_drain();
+	harness_pools_restore();
+	return 0;
+}
+
+int harness_run(const char *group, const struct CMUnitTest *tests, size_t count)
+{
+	int failed = _cmocka_run_group_tests(group, tests, count, NULL,
+					     group_teardown);
+	if (failed)
+		return 1;
+	if (count > 0 && skipped_cases >= count) {
+		printf("%s: every case skipped (reasons above)\n", group);
+		return HARNESS_EXIT_SKIP;
+	}
+	return 0;
+}
+
+uint64_t harness_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void harness_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* ---- child cases -------------------------------------------------------------- */
+void harness_child_dispatch(int argc, char **argv,
+			    const struct harness_child_case *cases, size_t count)
+{
+	if (argc < 3 || strcmp(argv[1], CHILD_FLAG) != 0)
+		return;
+	alarm(60); /* a hung child fails rather than hangs the suite */
+	for (size_t i = 0; i < count; i++) {
+		if (strcmp(cases[i].name, argv[2]) == 0) {
+			fflush(stdout);
+			exit(cases[i].fn());
+		}
+	}
+	fprintf(stderr, "harness: unknown child case %s\n", argv[2]);
+	exit(1);
+}
+
+static bool env_overridden(const char *entry, const char *const *extra)
+{
+	size_t n = strcspn(entry, "=");
+
+	for (const char *const *x = extra; x && *x; x++)
+		if (strncmp(entry, *x, n) == 0 && ((*x)[n] == '=' || (*x)[n] == '\0'))
+			return true;
+	return false;
+}
+
+static char **child_environment(const char *const *extra)
+{
+	size_t n = 0, k = 0;
+
+	for (char **e = environ; *e; e++)
+		n++;
+	for (const char *const *x = extra; x && *x; x++)
+		n++;
+	char **env = calloc(n + 1, sizeof(*env));
+	if (!env)
+		return NULL;
+	for (char **e = environ; *e; e++)
+		if (!env_overridden(*e, extra))
+			env[k++] = *e;
+	for (const char *const *x = extra; x && *x; x++)
+		if (strchr(*x, '='))
+			env[k++] = (char *)*x;
+	env[k] = NULL;
+	return env;
+}
+
+static void read_all(int fd, char *buf, size_t len)
+{
+	size_t used = 0;
+	char sink[512];
+
+	for (;;) {
+		char *dst = (buf && used + 1 < len) ? buf + used : sink;
+		size_t room = (buf && used + 1 < len) ? len - 1 - used : sizeof(sink);
+		ssize_t r = read(fd, dst, room);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (dst != sink)
+			used += (size_t)r;
+	}
+	if (buf && len)
+		buf[used] = '\0';
+}
+
+int harness_run_child(const char *name, const char *const *env,
+		      char *err, size_t err_len)
+{
+	int pipefd[2];
+	char **envp = child_environment(env);
+
+	if (!envp || pipe2(pipefd, O_CLOEXEC) != 0)
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char *argv[] = { (char *)"hpalloc-test-child", (char *)CHILD_FLAG,
+				 (char *)name, NULL };
+		dup2(pipefd[1], STDERR_FILENO);
+		execve("/proc/self/exe", argv, envp);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	read_all(pipefd[0], err, err_len);
+	close(pipefd[0]);
+	free(envp);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+/* ---- knobs ----------------------------------------------------------------------- */
+void harness_knob(const char *name, const char *value)
+{
+	if (hp_knob_set(name, value) != 0) {
+		int saved = errno;
+		struct hp_knob_info info;
+		int idx = hp_knob_index(name);
+
+		memset(&info, 0, sizeof(info));
+		if (idx >= 0)
+			hp_knob_info(idx, &info);
+		fail_msg("hp_knob_set(\"%s\", \"%s\") refused: %s (%s)", name,
+			 value, strerror(saved), info.rejected);
+	}
+}
+
+void harness_reset(void)
+{
+	hp_knob_unset(NULL);
+	hp_cache_flush();
+	hp_release_drain();
+}
+
+int harness_case_setup(void **state)
+{
+	(void)state;
+	harness_reset();
+	return 0;
+}
+
+int harness_case_teardown(void **state)
+{
+	(void)state;
+	harness_reset();
+	return 0;
+}
+
+uint64_t harness_stat(int stat)
+{
+	struct hp_stats s;
+
+	assert_int_equal(hp_stats_get(&s), 0);
+	return s.v[stat];
+}
+
+/* ---- pools ------------------------------------------------------------------------ */
+bool harness_is_root(void)
+{
+	return geteuid() == 0;
+}
+
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, len - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = '\0';
+	return (int)r;
+}
+
+static long read_long(const char *path)
+{
+	char buf[64];
+
+	if (read_text(path, buf, sizeof(buf)) <= 0)
+		return -1;
+	return strtol(buf, NULL, 10);
+}
+
+static int write_long(const char *path, long value)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%ld\n", value);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t w = write(fd, buf, (size_t)n);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return w == n ? 0 : -1;
+}
+
+static void pool_file(size_t pagesize, const char *file, char *buf, size_t len)
+{
+	snprintf(buf, len, "/sys/kernel/mm/hugepages/hugepages-%zukB/%s",
+		 pagesize / KiB, file);
+}
+
+long harness_pool_available(size_t pagesize)
+{
+	char path[160];
+
+	pool_file(pagesize, "free_hugepages", path, sizeof(path));
+	long free_pages = read_long(path);
+	pool_file(pagesize, "resv_hugepages", path, sizeof(path));
+	long resv = read_long(path);
+	if (free_pages < 0 || resv < 0)
+		return -1;
+	return free_pages - resv;
+}
+
+static int save_pool(size_t pagesize, const char *nr_path)
+{
+	for (int i = 0; i < saved_pool_count; i++)
+		if (saved_pools[i].pagesize == pagesize)
+			return 0;
+	if (saved_pool_count >= MAX_POOLS)
+		return -1;
+	struct saved_pool *s = &saved_pools[saved_pool_count];
+	int n = read_text(nr_path, s->value, sizeof(s->value));
+	if (n <= 0)
+		return -1;
+	s->value_len = (size_t)n;
+	s->pagesize = pagesize;
+	snprintf(s->path, sizeof(s->path), "%s", nr_path);
+	saved_pool_count++; /* only now visible to the signal handler */
+	return 0;
+}
+
+int harness_pool_reserve(size_t pagesize, long pages, bool exact,
+			 char *why, size_t why_len)
+{
+	char nr_path[160];
+
+	if (!harness_is_root()) {
+		snprintf(why, why_len, "not root: cannot resize the %zu kB hugetlb pool",
+			 pagesize / KiB);
+		return -1;
+	}
+	pool_file(pagesize, "nr_hugepages", nr_path, sizeof(nr_path));
+	long nr = read_long(nr_path);
+	long avail = harness_pool_available(pagesize);
+	if (nr < 0 || avail < 0) {
+		snprintf(why, why_len, "kernel has no %zu kB hugetlb pool", pagesize / KiB);
+		return -1;
+	}
+	if (save_pool(pagesize, nr_path) != 0) {
+		snprintf(why, why_len, "cannot save %s", nr_path);
+		return -1;
+	}
+	if (avail != pages && (avail < pages || exact)) {
+		long target = nr + (pages - avail);
+		if (write_long(nr_path, target < 0 ? 0 : target) != 0) {
+			snprintf(why, why_len, "writing %ld to %s: %s", target,
+				 nr_path, strerror(errno));
+			return -1;
+		}
+	}
+	avail = harness_pool_available(pagesize);
+	if (avail < pages || (exact && avail != pages)) {
+		snprintf(why, why_len,
+			 "kernel gave %ld free %zu kB huge pages, %ld needed "
+			 "(memory too fragmented?)", avail, pagesize / KiB, pages);
+		return -1;
+	}
+	return 0;
+}
+
+void harness_pools_restore(void)
+{
+	restore_pools_raw();
+	for (int i = 0; i < saved_pool_count; i++) {
+		long want = strtol(saved_pools[i].value, NULL, 10);
+		long now = read_long(saved_pools[i].path);
+		if (now != want)
+			fprintf(stderr, "harness: %s is %ld, could not restore %ld "
+				"(pages still in use?)\n", saved_pools[i].path, now, want);
+	}
+}
+
+/* ---- smaps, read independently of the library ------------------------------------ */
+static bool is_smaps_header(const char *line)
+{
+	/* entries start "start-end perms ..." in lowercase hex; fields start
+	 * with a capitalised name ("Rss:", "VmFlags:") */
+	return isdigit((unsigned char)line[0]) || (line[0] >= 'a' && line[0] <= 'f');
+}
+
+static size_t kb_field(const char *line, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(line, name, n) != 0 || line[n] != ':')
+		return SIZE_MAX;
+	return (size_t)strtoull(line + n + 1, NULL, 10) * KiB;
+}
+
+static void add_smaps_field(const char *line, bool first, struct harness_smaps *out)
+{
+	size_t v;
+
+	if ((v = kb_field(line, "Rss")) != SIZE_MAX)
+		out->rss += v;
+	else if ((v = kb_field(line, "AnonHugePages")) != SIZE_MAX)
+		out->anon_huge += v;
+	else if ((v = kb_field(line, "Private_Hugetlb")) != SIZE_MAX ||
+		 (v = kb_field(line, "Shared_Hugetlb")) != SIZE_MAX)
+		out->hugetlb += v;
+	else if (first && (v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
+		out->kernel_page_size = v;
+	else if (first && strncmp(line, "VmFlags:", 8) == 0)
+		out->thp_eligible = strstr(line, " hg") != NULL;
+}
+
+int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+	bool inside = false;
+
+	memset(out, 0, sizeof(*out));
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (is_smaps_header(line)) {
+			unsigned long start, end;
+			if (sscanf(line, "%lx-%lx", &start, &end) != 2)
+				continue;
+			inside = start < hi && end > lo;
+			if (inside)
+				out->mappings++;
+		} else if (inside) {
+			add_smaps_field(line, out->mappings == 1, out);
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+void harness_check_smaps_reader(const void *addr, size_t len)
+{
+	struct hp_kernel_backing lib;
+	struct harness_smaps own;
+
+	assert_int_equal(hp_kernel_backing(addr, len, &lib), 0);
+	assert_int_equal(harness_smaps_range(addr, len, &own), 0);
+	assert_true(own.mappings > 0);
+	assert_int_equal(lib.kernel_page_size, own.kernel_page_size);
+	assert_int_equal(lib.rss_bytes, own.rss);
+	assert_int_equal(lib.anon_huge_bytes, own.anon_huge);
+	assert_int_equal(lib.hugetlb_bytes, own.hugetlb);
+	assert_int_equal(lib.huge_bytes, own.anon_huge + own.hugetlb);
+	assert_int_equal(!!lib.thp_eligible, own.thp_eligible);
+}
+
+size_t harness_statm_rss(void)
+{
+	char buf[128];
+	unsigned long size, resident;
+
+	if (read_text("/proc/self/statm", buf, sizeof(buf)) <= 0 ||
+	    sscanf(buf, "%lu %lu", &size, &resident) != 2)
+		return 0;
+	return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+const char *harness_thp_mode(void)
+{
+	static const char *const modes[] = { "always", "madvise", "never" };
+	char buf[128], want[16];
+
+	if (read_text("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof(buf)) <= 0)
+		return "never";
+	for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
+		snprintf(want, sizeof(want), "[%s]", modes[i]);
+		if (strstr(buf, want))
+			return modes[i];
+	}
+	return "never";
+}
+
+bool harness_uring_usable(char *why, size_t why_len)
+{
+	long disabled = read_long("/proc/sys/kernel/io_uring_disabled");
+	struct io_uring_params params;
+
+	if (disabled == 2) {
+		snprintf(why, why_len, "io_uring disabled by kernel.io_uring_disabled=2");
+		return false;
+	}
+	memset(&params, 0, sizeof(params));
+	long fd = syscall(__NR_io_uring_setup, 4, &params);
+	if (fd < 0) {
+		snprintf(why, why_len, "io_uring_setup failed: %s (seccomp or sysctl)",
+			 strerror(errno));
+		return false;
+	}
+	close((int)fd);
+	return true;
+}
+
+/* ---- contents ---------------------------------------------------------------------- */
+static inline uint64_t pattern_word(uint64_t seed, size_t index)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull + 1;
+	x ^= x >> 31;
+	return x;
+}
+
+static inline uint8_t pattern_byte(uint64_t seed, size_t offset)
+{
+	return (uint8_t)(pattern_word(seed, offset / 8) >> (8 * (offset % 8)));
+}
+
+void harness_fill(void *p, size_t n, uint64_t seed)
+{
+	unsigned char *b = p;
+	size_t words = n / 8;
+
+	for (size_t i = 0; i < words; i++) {
+		uint64_t w = pattern_word(seed, i);
+		memcpy(b + i * 8, &w, 8); /* little endian: matches pattern_byte */
+	}
+	for (size_t off = words * 8; off < n; off++)
+		b[off] = pattern_byte(seed, off);
+}
+
+size_t harness_check(const void *p, size_t n, uint64_t seed)
+{
+	const unsigned char *b = p;
+	size_t words = n / 8;
+
+	for (size_t i = 0; i < words; i++) {
+		uint64_t w;
+		memcpy(&w, b + i * 8, 8);
+		if (w != pattern_word(seed, i)) {
+			for (size_t off = i * 8;; off++)
+				if (b[off] != pattern_byte(seed, off))
+					return off;
+		}
+	}
+	for (size_t off = words * 8; off < n; off++)
+		if (b[off] != pattern_byte(seed, off))
+			return off;
+	return SIZE_MAX;
+}
+
+size_t harness_first_nonzero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	size_t off = 0;
+
+	for (; off + 8 <= n; off += 8) {
+		uint64_t w;
+		memcpy(&w, b + off, 8);
+		if (w)
+			break;
+	}
+	for (; off < n; off++)
+		if (b[off])
+			return off;
+	return SIZE_MAX;
+}
+
+void harness_touch(void *p, size_t n)
+{
+	volatile unsigned char *b = p;
+
+	for (size_t off = 0; off < n; off += 4096)
+		b[off] = 1;
+	if (n)
+		b[n - 1] = 1;
+}

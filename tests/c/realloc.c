@@ -1,0 +1,185 @@
+/* hp_realloc keeps contents across every transition: small<->small,
+ * small<->thp, thp growth (mremap, no copy) and shrink, small<->hugetlb,
+ * hugetlb growth (mremap cannot grow hugetlb: copy) and shrink,
+ * thp<->hugetlb; and a failed realloc leaves the block untouched. */
+#include "harness.h"
+
+#include <errno.h>
+
+/* Reallocs p (holding `old` bytes of pattern `seed`) to `size`, checks the
+ * preserved prefix and the backend, refills with the same pattern. */
+static void *resize(void *p, size_t old, size_t size, uint64_t seed, int backend)
+{
+	void *q = hp_realloc(p, size);
+	assert_non_null(q);
+	assert_filled(q, old < size ? old : size, seed);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(q, &b), 0);
+	assert_int_equal(b.backend, backend);
+	assert_true(b.usable_size >= size);
+	harness_fill(q, size, seed);
+	return q;
+}
+
+static void thp_knobs(void)
+{
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "2M");
+	harness_knob("cache_max", "0");
+}
+
+static void test_small_transitions(void **state)
+{
+	(void)state;
+	thp_knobs();
+	void *p = hp_realloc(NULL, 1000); /* realloc(NULL) is malloc */
+	assert_non_null(p);
+	harness_fill(p, 1000, 1);
+	p = resize(p, 1000, 100 * KiB, 1, HP_BACKEND_SMALL);
+	p = resize(p, 100 * KiB, 300, 1, HP_BACKEND_SMALL);
+	p = resize(p, 300, 1 * MiB + 1, 1, HP_BACKEND_SMALL);
+	assert_int_equal((uintptr_t)p % 64, 0);
+	hp_free(p);
+}
+
+static void test_small_thp_round_trip(void **state)
+{
+	(void)state;
+	thp_knobs();
+	void *p = hp_malloc(1 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 1 * MiB, 2);
+	p = resize(p, 1 * MiB, 8 * MiB, 2, HP_BACKEND_THP);       /* small -> thp */
+	p = resize(p, 8 * MiB, 100 * KiB, 2, HP_BACKEND_SMALL);   /* thp -> small */
+	p = resize(p, 100 * KiB, 2 * MiB, 2, HP_BACKEND_THP);     /* at threshold */
+	hp_free(p);
+}
+
+static void test_thp_grow_without_copy(void **state)
+{
+	(void)state;
+	thp_knobs();
+	void *p = hp_malloc(8 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 8 * MiB, 3);
+	uint64_t inplace = harness_stat(HP_STAT_REALLOC_INPLACE);
+	uint64_t copies = harness_stat(HP_STAT_REALLOC_COPIES);
+	p = resize(p, 8 * MiB, 64 * MiB, 3, HP_BACKEND_THP);
+	p = resize(p, 64 * MiB, 65 * MiB + 3, 3, HP_BACKEND_THP);
+	assert_int_equal(harness_stat(HP_STAT_REALLOC_COPIES), copies);
+	assert_int_equal(harness_stat(HP_STAT_REALLOC_INPLACE), inplace + 2);
+	/* the grown block is still 2 MiB aligned and madvised */
+	assert_int_equal((uintptr_t)p % (2 * MiB), 0);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_true(b.kernel.thp_eligible);
+	harness_check_smaps_reader(p, 65 * MiB + 3);
+	hp_free(p);
+}
+
+static void test_thp_shrink(void **state)
+{
+	(void)state;
+	thp_knobs();
+	size_t rss_before = harness_statm_rss();
+	void *p = hp_malloc(64 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 64 * MiB, 4);
+	p = resize(p, 64 * MiB, 16 * MiB, 4, HP_BACKEND_THP);
+	p = resize(p, 16 * MiB, 3 * MiB, 4, HP_BACKEND_THP);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	/* shrinking gives the tail back */
+	assert_true(b.mapping_size < 16 * MiB);
+	assert_true(harness_statm_rss() < rss_before + 32 * MiB);
+	hp_free(p);
+}
+
+static void hugetlb_knobs(void)
+{
+	harness_pool_or_skip(2 * MiB, 48, false);
+	harness_knob("mode", "hugetlb");
+	harness_knob("pagesize", "2M");
+	harness_knob("threshold", "2M");
+	harness_knob("fallback", "fail");
+	harness_knob("cache_max", "0");
+}
+
+static void test_hugetlb_transitions(void **state)
+{
+	(void)state;
+	hugetlb_knobs();
+	void *p = hp_malloc(1 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 1 * MiB, 5);
+	p = resize(p, 1 * MiB, 4 * MiB, 5, HP_BACKEND_HUGETLB);   /* small -> hugetlb */
+	p = resize(p, 4 * MiB, 4 * MiB + 10, 5, HP_BACKEND_HUGETLB); /* inside the page */
+	p = resize(p, 4 * MiB + 10, 40 * MiB, 5, HP_BACKEND_HUGETLB); /* grow: copy */
+	p = resize(p, 40 * MiB, 6 * MiB, 5, HP_BACKEND_HUGETLB);  /* shrink */
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.kernel.kernel_page_size, 2 * MiB);
+	p = resize(p, 6 * MiB, 200 * KiB, 5, HP_BACKEND_SMALL);   /* hugetlb -> small */
+	hp_free(p);
+	hp_release_drain();
+	assert_int_equal(harness_stat(HP_STAT_HUGETLB_LIVE_BLOCKS), 0);
+}
+
+/* thp -> hugetlb through the NEP 49 context that forces hugetlb pages;
+ * hugetlb -> thp by growing (mremap cannot grow hugetlb) with mode=thp. */
+static void test_thp_hugetlb_transitions(void **state)
+{
+	(void)state;
+	hugetlb_knobs();
+	harness_knob("mode", "thp");
+	void *ctx = hp_ctx_pagesize(2 * MiB);
+	assert_non_null(ctx);
+	void *p = hp_malloc(4 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 4 * MiB, 6);
+	p = hp_ctx_realloc(ctx, p, 20 * MiB);                     /* thp -> hugetlb */
+	assert_non_null(p);
+	assert_filled(p, 4 * MiB, 6);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+	harness_fill(p, 20 * MiB, 6);
+	p = resize(p, 20 * MiB, 30 * MiB, 6, HP_BACKEND_THP);     /* hugetlb -> thp */
+	hp_free(p);
+}
+
+static void test_failed_realloc_keeps_block(void **state)
+{
+	(void)state;
+	thp_knobs();
+	const size_t sizes[] = { 1000, 8 * MiB };
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		void *p = hp_malloc(sizes[i]);
+		assert_non_null(p);
+		harness_fill(p, sizes[i], 7);
+		errno = 0;
+		assert_null(hp_realloc(p, SIZE_MAX - 4096));
+		assert_int_equal(errno, ENOMEM);
+		errno = 0;
+		assert_null(hp_ctx_realloc(NULL, p, (size_t)1 << 62));
+		assert_int_equal(errno, ENOMEM);
+		assert_filled(p, sizes[i], 7);
+		hp_free(p);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_small_transitions),
+		HTEST(test_small_thp_round_trip),
+		HTEST(test_thp_grow_without_copy),
+		HTEST(test_thp_shrink),
+		HTEST(test_hugetlb_transitions),
+		HTEST(test_thp_hugetlb_transitions),
+		HTEST(test_failed_realloc_keeps_block),
+	};
+
+	harness_init(argc, argv);
+	return harness_run("realloc", tests, ARRAY_SIZE(tests));
+}

@@ -1,0 +1,125 @@
+/* thp backend: own 2 MiB aligned mappings with MADV_HUGEPAGE that really get
+ * AnonHugePages once touched; memory handed out from libc is never
+ * madvised (numpy issue 31590). */
+#include "harness.h"
+
+#include <string.h>
+
+static void skip_unless_thp_possible(void)
+{
+	if (strcmp(harness_thp_mode(), "never") == 0)
+		harness_skip("transparent_hugepage/enabled is [never]: no THP to check");
+}
+
+static void thp_knobs(void)
+{
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "2M");
+	harness_knob("cache_max", "0");
+}
+
+static void test_thp_block_is_huge(void **state)
+{
+	(void)state;
+	skip_unless_thp_possible();
+	thp_knobs();
+
+	size_t size = 4 * MiB;
+	unsigned char *p = hp_malloc(size);
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % (2 * MiB), 0);
+	harness_fill(p, size, 3);
+
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_THP);
+	assert_true(b.usable_size >= size);
+	assert_int_equal(b.kernel.kernel_page_size, 4 * KiB);
+	assert_true(b.kernel.thp_eligible);
+	assert_true(b.kernel.anon_huge_bytes > 0);
+	assert_int_equal(b.kernel.hugetlb_bytes, 0);
+	harness_check_smaps_reader(p, size);
+
+	struct harness_smaps own;
+	assert_int_equal(harness_smaps_range(p, size, &own), 0);
+	assert_true(own.anon_huge >= 2 * MiB);
+	assert_filled(p, size, 3);
+	hp_free(p);
+}
+
+/* "no waste beyond 4 KiB rounding" */
+static void test_thp_mapping_not_rounded_to_2m(void **state)
+{
+	(void)state;
+	thp_knobs();
+
+	size_t size = 5 * MiB + 100;
+	void *p = hp_malloc(size);
+	assert_non_null(p);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_THP);
+	assert_true(b.mapping_size >= size);
+	assert_true(b.mapping_size < size + 4 * KiB);
+	harness_touch(p, size);
+	hp_free(p);
+}
+
+/* Blocks below the threshold come from libc and must not be madvised. */
+static void test_small_block_not_madvised(void **state)
+{
+	(void)state;
+	thp_knobs();
+	harness_knob("threshold", "64M");
+
+	size_t size = 8 * MiB;
+	void *p = hp_malloc(size);
+	assert_non_null(p);
+	harness_touch(p, size);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_SMALL);
+	assert_int_equal(b.mapping_size, 0);
+	assert_false(b.kernel.thp_eligible);
+	harness_check_smaps_reader(p, size);
+	hp_free(p);
+}
+
+/* A THP block reused from the cache keeps its huge pages. */
+static void test_thp_cached_block_stays_huge(void **state)
+{
+	(void)state;
+	skip_unless_thp_possible();
+	thp_knobs();
+	harness_knob("cache_max", "256M");
+	harness_knob("cache_decay_ms", "60000");
+
+	void *p = hp_malloc(16 * MiB);
+	assert_non_null(p);
+	harness_touch(p, 16 * MiB);
+	hp_free(p);
+	uint64_t hits = harness_stat(HP_STAT_CACHE_HITS);
+	p = hp_malloc(16 * MiB);
+	assert_non_null(p);
+	assert_int_equal(harness_stat(HP_STAT_CACHE_HITS), hits + 1);
+	harness_touch(p, 16 * MiB);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_THP);
+	assert_true(b.kernel.anon_huge_bytes > 0);
+	assert_true(b.kernel.thp_eligible);
+	hp_free(p);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_thp_block_is_huge),
+		HTEST(test_thp_mapping_not_rounded_to_2m),
+		HTEST(test_small_block_not_madvised),
+		HTEST(test_thp_cached_block_stays_huge),
+	};
+
+	harness_init(argc, argv);
+	return harness_run("thp", tests, ARRAY_SIZE(tests));
+}
