@@ -143,12 +143,19 @@ int control_open_dir(int dirfd, const char *path, char *why, size_t wl)
 			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0) {
-		if (errno == ELOOP)
+		struct stat st;
+		int saved = errno;
+
+		/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink too. */
+		if (saved == ELOOP || (saved == ENOTDIR &&
+		    fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode)))
 			snprintf(why, wl, "is a symbolic link");
-		else if (errno == ENOTDIR)
-			snprintf(why, wl, "not a directory (or a symbolic link)");
+		else if (saved == ENOTDIR)
+			snprintf(why, wl, "not a directory");
 		else
-			snprintf(why, wl, "%s", strerror(errno));
+			snprintf(why, wl, "%s", strerror(saved));
+		errno = saved;
 		return -1;
 	}
 	if (control_check_dir_fd(fd, why, wl) != 0) {
