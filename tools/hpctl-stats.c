@@ -179,7 +179,8 @@ int cmd_stats(struct hpctl *c)
 		rc = collect_pids(c, &f);
 	else
 		scan_all(&f);
-	qsort(f.v, (size_t)f.n, sizeof(*f.v), by_pid);
+	if (f.n > 1)
+		qsort(f.v, (size_t)f.n, sizeof(*f.v), by_pid);
 	json_begin(&j, stdout);
 	if (c->json)
 		json_arr(&j, NULL);
