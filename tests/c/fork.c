@@ -170,13 +170,69 @@ static void test_fork_with_cached_hugetlb(void **state)
 	hp_free(p);
 }
 
+/* ---- fork while other threads are still initialising the library ---------- */
+#define INIT_THREADS 2
+#define INIT_ROUNDS 20
+
+static void *first_use_main(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 50; i++)
+		hp_free(hp_malloc(4 * MiB));
+	return NULL;
+}
+
+/* Runs in a fresh process (the library not initialised yet): threads make
+ * their first hp_* calls while this thread forks at once; the grandchild
+ * must be able to allocate. */
+static int child_fork_during_init(void)
+{
+	pthread_t threads[INIT_THREADS];
+
+	for (int i = 0; i < INIT_THREADS; i++)
+		if (pthread_create(&threads[i], NULL, first_use_main, NULL) != 0)
+			return 1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0)
+		_exit(child_work(0));
+	int status = wait_child(pid);
+	for (int i = 0; i < INIT_THREADS; i++)
+		pthread_join(threads[i], NULL);
+	if (status != 0)
+		fprintf(stderr, "fork during init: child %s (status %d)\n",
+			status == 128 + SIGALRM || status == -1 ? "deadlocked" : "failed", status);
+	return status != 0;
+}
+
+static const struct harness_child_case child_cases[] = {
+	{ "fork_during_init", child_fork_during_init },
+};
+
+static void test_fork_during_init(void **state)
+{
+	(void)state;
+	const char *env[] = { "HPALLOC_MODE=thp", "HPALLOC_THRESHOLD=1M", NULL };
+	char err[1024];
+
+	for (int round = 0; round < INIT_ROUNDS; round++) {
+		int status = harness_run_child("fork_during_init", env, err, sizeof(err));
+		if (status != 0)
+			fail_msg("round %d: exit %d: %s", round, status, err);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		HTEST(test_fork_with_busy_threads),
 		HTEST(test_fork_with_cached_hugetlb),
+		HTEST(test_fork_during_init),
 	};
 
+	harness_child_dispatch(argc, argv, child_cases, ARRAY_SIZE(child_cases));
 	harness_init(argc, argv);
 	return harness_run("fork", tests, ARRAY_SIZE(tests));
 }

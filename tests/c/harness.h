@@ -9,7 +9,8 @@
  * prints why).  harness_init() gives the process a private, empty control
  * directory, drops inherited HPALLOC_* variables, restores hugetlb pools at
  * exit and on SIGINT/SIGTERM/SIGHUP/SIGALRM, and arms a watchdog alarm so a
- * deadlock fails instead of hanging.
+ * deadlock fails instead of hanging.  HARNESS_FILTER=pattern runs only the
+ * matching cases (cmocka wildcards), e.g. HARNESS_FILTER='*decay*'.
  */
 #ifndef HP_TESTS_HARNESS_H
 #define HP_TESTS_HARNESS_H

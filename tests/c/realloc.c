@@ -16,7 +16,7 @@ static void *resize(void *p, size_t old, size_t size, uint64_t seed, int backend
 	struct hp_backing b;
 	assert_int_equal(hp_backing(q, &b), 0);
 	assert_int_equal(b.backend, backend);
-	assert_true(b.usable_size >= size);
+	assert_true(hp_usable_size(q) >= size);
 	harness_fill(q, size, seed);
 	return q;
 }
