@@ -89,7 +89,13 @@ int control_dir_resolve(char *buf, size_t len)
 		errno = EPERM;
 		return -1;
 	}
-	if (env && *env)
+	if (env && *env && env[0] != '/') {
+		/* Relative: anchor it now, so a later chdir() cannot move it. */
+		char cwd[PATH_MAX];
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -1;
+		n = snprintf(buf, len, "%s/%s", cwd, env);
+	} else if (env && *env)
 		n = snprintf(buf, len, "%s", env);
 	else if (geteuid() == 0)
 		n = snprintf(buf, len, "%s", HP_CONTROL_DIR_ROOT);

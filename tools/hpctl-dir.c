@@ -119,6 +119,22 @@ int ctl_proc_open(pid_t pid)
 	return fd;
 }
 
+void give_to_owner_of(int piddir, int dirfd, const char *name)
+{
+	struct stat st;
+
+	/* Root writing into another user's process entry: hand the files to
+	 * that user, so the process can remove them when it exits (it
+	 * accepts files owned by itself or by root either way). */
+	if (geteuid() != 0 || fstat(piddir, &st) != 0 || st.st_uid == 0)
+		return;
+	if (name)
+		(void)fchownat(dirfd, name, st.st_uid, st.st_gid,
+			       AT_SYMLINK_NOFOLLOW);
+	else
+		(void)fchown(dirfd, st.st_uid, st.st_gid);
+}
+
 int ctl_override_open(pid_t pid, bool create)
 {
 	int piddir = ctl_proc_open(pid), fd;
@@ -129,6 +145,8 @@ int ctl_override_open(pid_t pid, bool create)
 		exit(EXIT_RUNTIME);
 	}
 	fd = open_nofollow_dir(piddir, "override");
+	if (fd >= 0 && create)
+		give_to_owner_of(piddir, fd, NULL);
 	close(piddir);
 	if (fd < 0 && (create || errno != ENOENT)) {
 		warnx("cannot open %s/proc/%ld/override: %s", ctl_dir_path(),

@@ -165,6 +165,8 @@ int cmd_set(struct hpctl *c)
 	for (int i = 0; i < c->argc; i++)
 		if (write_knob_file(fd, &as[i]) != 0)
 			rc = EXIT_RUNTIME;
+		else if (c->pid)
+			give_to_owner_of(fd, fd, as[i].name);
 	close(fd);
 	free(as);
 	return rc;

@@ -65,6 +65,8 @@ int ctl_proc_lookup(pid_t pid, struct published *pub);
 int ctl_proc_open(pid_t pid);
 /* Open or create <dir>/proc/<pid>/override of a live process. */
 int ctl_override_open(pid_t pid, bool create);
+/* As root, chown dirfd (name NULL) or dirfd/name to the owner of piddir. */
+void give_to_owner_of(int piddir, int dirfd, const char *name);
 /* A process's published stats file. */
 struct published {
 	long pid;

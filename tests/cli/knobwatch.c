@@ -1,6 +1,6 @@
 /* knobwatch — a small hpalloc user for the CLI tests.
  *
- *   knobwatch [-t SECONDS] KNOB...
+ *   knobwatch [-t SECONDS] [-f] KNOB...
  *
  * Initialises the library (one hp_malloc), prints "ready <pid>", then every
  * 20 ms reads the knobs with hp_knob_get() and prints "KNOB=VALUE SOURCE"
@@ -8,6 +8,8 @@
  * hp_control_reload(): a change can only reach it through the library's
  * own polling, which is what the tests measure.  Exits normally (so the
  * library's exit handler runs) after SECONDS (default 60) or on SIGTERM.
+ * -f: fork a child that uses hpalloc for 1.5 s and exits normally; its
+ * pid is printed as "forked <pid>".
  */
 #include "hpalloc.h"
 
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +39,27 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* A child that uses hpalloc after fork() (it publishes itself under its
+ * own pid) and then exits normally (its exit handler must not remove the
+ * parent's entry). */
+static void start_child(void)
+{
+	pid_t pid = fork();
+
+	if (pid < 0) {
+		perror("knobwatch: fork");
+		exit(1);
+	}
+	if (pid == 0) {
+		const struct timespec t = { 1, 500 * 1000 * 1000 };
+		hp_free(hp_malloc(64));
+		nanosleep(&t, NULL);
+		exit(0);
+	}
+	printf("forked %ld\n", (long)pid);
+	fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
 	char last[MAX_KNOBS][HP_KNOB_VALUE_MAX + 16] = { { 0 } };
@@ -44,10 +68,20 @@ int main(int argc, char **argv)
 	int first = 1, nknobs;
 	void *p;
 
-	if (argc > 2 && strcmp(argv[1], "-t") == 0) {
-		limit = atof(argv[2]);
-		argv += 2;
-		argc -= 2;
+	int fork_child = 0;
+
+	for (;;) {
+		if (argc > 2 && strcmp(argv[1], "-t") == 0) {
+			limit = atof(argv[2]);
+			argv += 2;
+			argc -= 2;
+		} else if (argc > 1 && strcmp(argv[1], "-f") == 0) {
+			fork_child = 1;
+			argv++;
+			argc--;
+		} else {
+			break;
+		}
 	}
 	nknobs = argc - 1;
 	if (nknobs < 1 || nknobs > MAX_KNOBS) {
@@ -59,6 +93,8 @@ int main(int argc, char **argv)
 	hp_free(p);
 	printf("ready %ld\n", (long)getpid());
 	fflush(stdout);
+	if (fork_child)
+		start_child();
 	end = now_s() + limit;
 	while (!stop && now_s() < end) {
 		for (int i = 0; i < nknobs; i++) {
@@ -79,6 +115,8 @@ int main(int argc, char **argv)
 			}
 		}
 		first = 0;
+		while (waitpid(-1, NULL, WNOHANG) > 0) /* no zombie children */
+			;
 		nanosleep(&tick, NULL);
 	}
 	return 0;

@@ -129,6 +129,22 @@ wait "$pid2" 2>/dev/null
 [ -d "$CTL/proc/$pid2" ] && fail "entry of $pid2 not removed at exit: $(ls -R "$CTL/proc/$pid2")"
 ok
 
+# ---- fork: the child publishes itself; its exit leaves the parent's entry ----
+start_watch w5 -f threshold
+parent=$watch_pid
+wait_for "$tmp/w5.out" '^forked ' || fail "no child"
+child=$(sed -n 's/^forked //p' "$tmp/w5.out")
+for i in $(seq 40); do [ -f "$CTL/proc/$child/stats" ] && break; sleep 0.05; done
+[ -f "$CTL/proc/$child/stats" ] || fail "child $child of $parent did not publish itself"
+grep -qx "pid $child" "$CTL/proc/$child/stats" || fail "child's stats name the child: $(head -3 "$CTL/proc/$child/stats")"
+ok
+for i in $(seq 60); do [ -e "$CTL/proc/$child" ] || break; sleep 0.05; done
+[ -e "$CTL/proc/$child" ] && fail "child's entry not removed at its exit"
+ok
+[ -f "$CTL/proc/$parent/stats" ] || fail "the child's exit removed the parent's entry"
+ok
+expect 0 "$HPCTL" stats "$parent"
+
 # ---- pruning of a killed process ----------------------------------------------------------------------
 kill -KILL "$pid3"
 wait "$pid3" 2>/dev/null
