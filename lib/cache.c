@@ -1,0 +1,133 @@
+/* Reuse cache for freed huge blocks: NumPy's npy_alloc_cache idea, for
+ * large blocks.  Buckets by mapping length (4 classes per power of two),
+ * most recently freed first; one LRU list for the cache_max bound and for
+ * decay.  All functions run with hp_heap_lock held and never make syscalls:
+ * whatever must go is returned as a list for the caller to release. */
+#include "internal.h"
+
+#define NBUCKETS (4 * 64)
+
+static struct hp_block *buckets[NBUCKETS];
+static struct hp_block *lru_oldest, *lru_newest;
+static size_t cached_bytes;
+
+static int bucket_of(size_t len)
+{
+	int k = 63 - __builtin_clzll((unsigned long long)len);
+	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
+	return 4 * k + sub;
+}
+
+static void unlink_block(struct hp_block *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		buckets[b->bucket] = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	if (b->lru_prev)
+		b->lru_prev->lru_next = b->lru_next;
+	else
+		lru_oldest = b->lru_next;
+	if (b->lru_next)
+		b->lru_next->lru_prev = b->lru_prev;
+	else
+		lru_newest = b->lru_prev;
+	b->prev = b->next = b->lru_prev = b->lru_next = NULL;
+	cached_bytes -= b->map.len;
+	stat_sub(HP_STAT_CACHED_BYTES, b->map.len);
+	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
+}
+
+/* A cached block fits if it is of the same kind, large enough, and wastes
+ * at most 1/8 of the request (so reuse never inflates RSS much). */
+static bool fits(const struct hp_block *b, int backend, size_t pagesize, size_t need)
+{
+	return b->map.backend == backend && b->map.pagesize == pagesize && b->map.len >= need &&
+	       b->map.len - need <= need / 8;
+}
+
+struct hp_block *cache_take(int backend, size_t pagesize, size_t size)
+{
+	size_t need = hp_align_up(size, pagesize);
+	int first = bucket_of(need);
+
+	for (int i = first; i < NBUCKETS && i <= first + 1; i++)
+		for (struct hp_block *b = buckets[i]; b; b = b->next)
+			if (fits(b, backend, pagesize, need)) {
+				unlink_block(b);
+				stat_add(HP_STAT_CACHE_HITS, 1);
+				return b;
+			}
+	stat_add(HP_STAT_CACHE_MISSES, 1);
+	return NULL;
+}
+
+static struct hp_block *push(struct hp_block *list, struct hp_block *b)
+{
+	b->next = list;
+	return b;
+}
+
+/* Oldest blocks out until cached_bytes <= limit. */
+static struct hp_block *trim_to(size_t limit, struct hp_block *out)
+{
+	while (cached_bytes > limit && lru_oldest) {
+		struct hp_block *b = lru_oldest;
+		unlink_block(b);
+		stat_add(HP_STAT_CACHE_EVICTIONS, 1);
+		out = push(out, b);
+	}
+	return out;
+}
+
+struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
+{
+	size_t max = atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+
+	if (b->map.len > max) {
+		b->next = NULL;
+		return b;
+	}
+	struct hp_block *out = trim_to(max - b->map.len, NULL);
+	b->cached_at_ms = now_ms;
+	b->bucket = bucket_of(b->map.len);
+	b->prev = NULL;
+	b->next = buckets[b->bucket];
+	if (b->next)
+		b->next->prev = b;
+	buckets[b->bucket] = b;
+	b->lru_next = NULL;
+	b->lru_prev = lru_newest;
+	if (lru_newest)
+		lru_newest->lru_next = b;
+	else
+		lru_oldest = b;
+	lru_newest = b;
+	cached_bytes += b->map.len;
+	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
+	stat_add(HP_STAT_CACHED_BLOCKS, 1);
+	return out;
+}
+
+/* Blocks idle past cache_decay_ms, and any excess over a lowered cache_max. */
+struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
+{
+	uint64_t decay = atomic_load_explicit(&hp_cfg.cache_decay_ms, memory_order_relaxed);
+	struct hp_block *out = trim_to(atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed), NULL);
+
+	while (lru_oldest && lru_oldest->cached_at_ms + decay <= now_ms) {
+		struct hp_block *b = lru_oldest;
+		unlink_block(b);
+		stat_add(HP_STAT_CACHE_DECAYS, 1);
+		out = push(out, b);
+	}
+	*next_deadline_ms = lru_oldest ? lru_oldest->cached_at_ms + decay : UINT64_MAX;
+	return out;
+}
+
+struct hp_block *cache_take_all(void)
+{
+	return trim_to(0, NULL);
+}

@@ -1,0 +1,461 @@
+/* hp_malloc & co: route by size, keep a registry of huge blocks, realloc
+ * across every transition.
+ *
+ * Routing on free is by address, never by size or knobs: every huge block
+ * starts on a 2 MiB (or 1 GiB) boundary, so a pointer that is not 2 MiB
+ * aligned is small and goes straight to libc; an aligned one is looked up
+ * in the registry.  Small blocks carry a one-word header (the pointer libc
+ * gave us) so they can be 64-byte aligned on malloc's fast path. */
+#include "internal.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- small path ----------------------------------------------------------- */
+
+static inline void *small_raw(const void *p)
+{
+	return ((void *const *)p)[-1];
+}
+
+static inline size_t small_usable(const void *p)
+{
+	void *raw = small_raw(p);
+	return malloc_usable_size(raw) - (size_t)((const char *)p - (char *)raw);
+}
+
+static void *small_alloc(size_t size, bool zero)
+{
+	if (size > SIZE_MAX - HP_SMALL_ALIGN) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	char *raw = zero ? calloc(1, size + HP_SMALL_ALIGN) : malloc(size + HP_SMALL_ALIGN);
+	if (unlikely(!raw)) {
+		stat_add(HP_STAT_FAILURES, 1);
+		return NULL;
+	}
+	/* malloc gives 16-byte alignment: room for the header is always there */
+	char *p = (char *)(((uintptr_t)raw + HP_SMALL_ALIGN) & ~(uintptr_t)(HP_SMALL_ALIGN - 1));
+	((void **)p)[-1] = raw;
+	stats_live_add(HP_BACKEND_SMALL, small_usable(p));
+	return p;
+}
+
+static void small_free(void *p)
+{
+	stats_live_sub(HP_BACKEND_SMALL, small_usable(p));
+	free(small_raw(p));
+}
+
+static void *small_realloc(void *p, size_t size)
+{
+	void *raw = small_raw(p);
+	size_t offset = (size_t)((char *)p - (char *)raw), old = small_usable(p);
+
+	if (size > SIZE_MAX - HP_SMALL_ALIGN) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	stats_live_sub(HP_BACKEND_SMALL, old);
+	char *nraw = realloc(raw, size + HP_SMALL_ALIGN);
+	if (!nraw) {
+		stats_live_add(HP_BACKEND_SMALL, old);
+		stat_add(HP_STAT_FAILURES, 1);
+		return NULL;
+	}
+	char *np = (char *)(((uintptr_t)nraw + HP_SMALL_ALIGN) & ~(uintptr_t)(HP_SMALL_ALIGN - 1));
+	if ((size_t)(np - nraw) != offset) /* libc moved it to a different alignment */
+		memmove(np, nraw + offset, size < old ? size : old);
+	((void **)np)[-1] = nraw;
+	stats_live_add(HP_BACKEND_SMALL, small_usable(np));
+	return np;
+}
+
+/* ---- registry of live huge blocks (hp_heap_lock) ------------------------------ */
+
+#define REG_BITS 12
+static struct hp_block *registry[1u << REG_BITS];
+
+static inline size_t reg_slot(const void *addr)
+{
+	return (size_t)((((uintptr_t)addr >> 21) * 0x9E3779B97F4A7C15ull) >> (64 - REG_BITS));
+}
+
+static void reg_insert(struct hp_block *b)
+{
+	size_t i = reg_slot(b->map.addr);
+	b->hnext = registry[i];
+	registry[i] = b;
+}
+
+static struct hp_block *reg_find(const void *addr, bool remove)
+{
+	for (struct hp_block **pp = &registry[reg_slot(addr)]; *pp; pp = &(*pp)->hnext)
+		if ((*pp)->map.addr == addr) {
+			struct hp_block *b = *pp;
+			if (remove)
+				*pp = b->hnext;
+			return b;
+		}
+	return NULL;
+}
+
+/* Block whose mapping contains addr (interior pointers; slow, for reports). */
+static struct hp_block *reg_find_containing(const void *addr)
+{
+	for (size_t i = 0; i < (1u << REG_BITS); i++)
+		for (struct hp_block *b = registry[i]; b; b = b->hnext)
+			if ((const char *)addr >= (char *)b->map.addr &&
+			    (const char *)addr < (char *)b->map.addr + b->map.len)
+				return b;
+	return NULL;
+}
+
+static inline bool maybe_huge(const void *p)
+{
+	return ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0;
+}
+
+/* ---- huge path ------------------------------------------------------------------ */
+
+struct plan {
+	int backend;
+	size_t pagesize;
+};
+
+struct hp_ctx {
+	size_t pagesize;
+};
+static struct hp_ctx ctx_2m = {2 * HP_MiB}, ctx_1g = {HP_GiB};
+
+/* Which kind of block to try first, from the knobs (or a forcing ctx). */
+static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
+{
+	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+
+	if (ctx)
+		return (struct plan){HP_BACKEND_HUGETLB, ctx->pagesize};
+	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
+	case MODE_HUGETLB:
+		return (struct plan){HP_BACKEND_HUGETLB, os_choose_pagesize(knob, size)};
+	case MODE_AUTO: {
+		size_t ps = os_choose_pagesize(knob, size);
+		if (os_pool_ready(ps, size))
+			return (struct plan){HP_BACKEND_HUGETLB, ps};
+		break;
+	}
+	default:
+		break;
+	}
+	return (struct plan){HP_BACKEND_THP, HP_BASE_PAGE};
+}
+
+static struct hp_block *take_cached(struct plan p, size_t size)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = cache_take(p.backend, p.pagesize, size);
+	pthread_mutex_unlock(&hp_heap_lock);
+	return b;
+}
+
+static struct hp_block *new_block(struct plan p, size_t size)
+{
+	struct hp_map m;
+	int rc = p.backend == HP_BACKEND_HUGETLB ? os_map_hugetlb(size, p.pagesize, &m) : os_map_thp(size, &m);
+	if (rc < 0)
+		return NULL;
+	struct hp_block *b = calloc(1, sizeof(*b));
+	if (!b) {
+		os_unmap(&m);
+		errno = ENOMEM;
+		return NULL;
+	}
+	b->map = m;
+	stat_add(HP_STAT_MAPPED_BYTES, m.len);
+	return b;
+}
+
+/* A block of the planned kind: from the cache, else freshly mapped. */
+static struct hp_block *get_block(struct plan p, size_t size, bool zero)
+{
+	struct hp_block *b = take_cached(p, size);
+	if (b) {
+		if (zero && b->dirty)
+			memset(b->map.addr, 0, size);
+		return b;
+	}
+	return new_block(p, size); /* fresh anonymous memory is zero */
+}
+
+static void *publish_block(struct hp_block *b)
+{
+	b->dirty = true;
+	pthread_mutex_lock(&hp_heap_lock);
+	reg_insert(b);
+	pthread_mutex_unlock(&hp_heap_lock);
+	stats_live_add(b->map.backend, b->map.len);
+	return b->map.addr;
+}
+
+static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
+{
+	struct plan p = plan_for(size, ctx);
+	struct hp_block *b = get_block(p, size, zero);
+
+	if (!b && p.backend == HP_BACKEND_HUGETLB) {
+		stat_add(HP_STAT_FALLBACKS, 1);
+		switch (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed)) {
+		case FALLBACK_THP:
+			hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
+			b = get_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, zero);
+			break;
+		case FALLBACK_SMALL:
+			hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
+			return small_alloc(size, zero);
+		default:
+			break;
+		}
+	}
+	if (!b) {
+		stat_add(HP_STAT_FAILURES, 1);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return publish_block(b);
+}
+
+/* Hand a block back: into the cache, or released (maybe via io_uring). */
+static void retire_block(struct hp_block *b)
+{
+	stats_live_sub(b->map.backend, b->map.len);
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *out = cache_put(b, hp_now_ms());
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_blocks(out);
+}
+
+static inline bool wants_huge(size_t size)
+{
+	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
+	       atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) != MODE_OFF;
+}
+
+/* ---- public allocation API ------------------------------------------------------- */
+
+void *hp_malloc(size_t size)
+{
+	hp_init();
+	if (likely(!wants_huge(size)))
+		return small_alloc(size, false);
+	return huge_alloc(size, NULL, false);
+}
+
+void *hp_calloc(size_t nmemb, size_t size)
+{
+	size_t total;
+
+	hp_init();
+	if (__builtin_mul_overflow(nmemb, size, &total)) {
+		stat_add(HP_STAT_FAILURES, 1);
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (likely(!wants_huge(total)))
+		return small_alloc(total, true);
+	return huge_alloc(total, NULL, true);
+}
+
+void hp_free(void *ptr)
+{
+	if (!ptr)
+		return;
+	if (likely(!maybe_huge(ptr))) {
+		small_free(ptr);
+		return;
+	}
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = reg_find(ptr, true);
+	pthread_mutex_unlock(&hp_heap_lock);
+	if (b)
+		retire_block(b);
+	else
+		small_free(ptr);
+}
+
+void hp_free_sized(void *ptr, size_t size)
+{
+	(void)size; /* a hint only: NumPy passes wrong sizes for 0-d shapes */
+	hp_free(ptr);
+}
+
+static struct hp_block *lookup(const void *ptr)
+{
+	if (!maybe_huge(ptr))
+		return NULL;
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = reg_find(ptr, false);
+	pthread_mutex_unlock(&hp_heap_lock);
+	return b;
+}
+
+size_t hp_usable_size(const void *ptr)
+{
+	if (!ptr)
+		return 0;
+	struct hp_block *b = lookup(ptr);
+	return b ? b->map.len : small_usable(ptr);
+}
+
+/* Copy into a new allocation of the current routing, free the old one. */
+static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const struct hp_ctx *ctx)
+{
+	void *np = (ctx || wants_huge(size)) ? huge_alloc(size, ctx, false) : small_alloc(size, false);
+	if (!np)
+		return NULL;
+	memcpy(np, ptr, old_usable < size ? old_usable : size);
+	stat_add(HP_STAT_REALLOC_COPIES, 1);
+	hp_free(ptr);
+	return np;
+}
+
+/* THP blocks grow and shrink in place or by moving page tables (mremap). */
+static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
+{
+	bool stays_huge = ctx || wants_huge(size);
+
+	if (stays_huge && size <= b->map.len && size >= b->map.len / 2) {
+		stat_add(HP_STAT_REALLOC_INPLACE, 1);
+		return b->map.addr;
+	}
+	if (stays_huge && b->map.backend == HP_BACKEND_THP && !ctx) {
+		pthread_mutex_lock(&hp_heap_lock);
+		reg_find(b->map.addr, true);
+		pthread_mutex_unlock(&hp_heap_lock);
+		size_t old_len = b->map.len;
+		int rc = os_remap_thp(&b->map, size);
+		stats_live_sub(HP_BACKEND_THP, old_len);
+		stat_sub(HP_STAT_MAPPED_BYTES, old_len);
+		stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
+		void *p = publish_block(b); /* old or new place, always registered */
+		if (rc == 0) {
+			stat_add(HP_STAT_REALLOC_INPLACE, 1);
+			return p;
+		}
+		/* could not grow (address space): copy like any other block */
+	}
+	return realloc_by_copy(b->map.addr, b->map.len, size, ctx);
+}
+
+static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
+{
+	hp_init();
+	if (!ptr)
+		return ctx ? huge_alloc(size, ctx, false) : hp_malloc(size);
+	if (size == 0)
+		size = 1; /* keep a valid block: NumPy never expects NULL here */
+	struct hp_block *b = lookup(ptr);
+	if (b)
+		return realloc_huge(b, size, ctx);
+	if (ctx || wants_huge(size))
+		return realloc_by_copy(ptr, small_usable(ptr), size, ctx);
+	return small_realloc(ptr, size);
+}
+
+void *hp_realloc(void *ptr, size_t size)
+{
+	return realloc_ctx(ptr, size, NULL);
+}
+
+void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
+{
+	hp_init();
+	if (pagesize == 0)
+		pagesize = os_choose_pagesize(atomic_load(&hp_cfg.pagesize), size);
+	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);
+	if (!ctx)
+		return NULL;
+	return huge_alloc(size ? size : 1, ctx, zero != 0);
+}
+
+/* ---- NEP 49 entry points ---------------------------------------------------------- */
+
+void *hp_ctx_pagesize(size_t pagesize)
+{
+	if (os_pagesize_supported(pagesize)) {
+		if (pagesize == ctx_2m.pagesize)
+			return &ctx_2m;
+		if (pagesize == ctx_1g.pagesize)
+			return &ctx_1g;
+	}
+	errno = EINVAL;
+	return NULL;
+}
+
+void *hp_ctx_malloc(void *ctx, size_t size)
+{
+	if (!ctx)
+		return hp_malloc(size);
+	hp_init();
+	return huge_alloc(size ? size : 1, ctx, false);
+}
+
+void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+	size_t total;
+	if (!ctx)
+		return hp_calloc(nelem, elsize);
+	hp_init();
+	if (__builtin_mul_overflow(nelem, elsize, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return huge_alloc(total ? total : 1, ctx, true);
+}
+
+void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size)
+{
+	return realloc_ctx(ptr, new_size, ctx);
+}
+
+void hp_ctx_free(void *ctx, void *ptr, size_t size)
+{
+	(void)ctx;
+	hp_free_sized(ptr, size);
+}
+
+/* ---- reports and maintenance ------------------------------------------------------- */
+
+int hp_backing(const void *ptr, struct hp_backing *out)
+{
+	if (!ptr || !out) {
+		errno = EINVAL;
+		return -1;
+	}
+	hp_init();
+	*out = (struct hp_backing){.backend = HP_BACKEND_SMALL, .requested_page_size = HP_BASE_PAGE};
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = reg_find_containing(ptr);
+	if (b) {
+		out->backend = b->map.backend;
+		out->usable_size = out->mapping_size = b->map.len;
+		out->requested_page_size = b->map.backend == HP_BACKEND_HUGETLB ? b->map.pagesize : HP_THP_SIZE;
+	}
+	pthread_mutex_unlock(&hp_heap_lock);
+	if (!b) /* libc memory, maybe not even ours: read no header, report the page */
+		return hp_kernel_backing(ptr, 1, &out->kernel);
+	return hp_kernel_backing(b->map.addr, out->mapping_size, &out->kernel);
+}
+
+void hp_cache_flush(void)
+{
+	hp_init();
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *out = cache_take_all();
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_blocks(out);
+}

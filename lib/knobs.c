@@ -1,0 +1,616 @@
+/* The knob table: every knob defined once (name, type, default, bounds,
+ * parser, canonical printer, help), serving the environment, the control
+ * directory, hpctl and Python.  Values live in layers, lowest first:
+ * default < control < env < process; the effective value is the highest set
+ * layer, published in hp_cfg for lock-free reads on the allocation path.
+ *
+ * Defaults, and why (see bench/ for the measurements):
+ *   mode=auto       hugetlb when an admin reserved a pool, else THP: no setup
+ *                   needed, and a reserved pool is used without asking.
+ *   threshold=1M    below it THP cannot help and libc is as fast; at 1 MiB the
+ *                   cache already beats glibc's mmap/munmap round trips.
+ *   pagesize=auto   the largest pool page that fits the request.
+ *   fallback=thp    a short pool still gets huge pages where possible.
+ *   cache_max=1G    holds a few NumPy temporaries of the sizes that matter.
+ *   cache_decay_ms=1000  idle memory goes back within a second or two.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+struct hp_config hp_cfg;
+
+struct knob_desc;
+typedef int (*knob_parse_fn)(const struct knob_desc *, const char *word, uint64_t *out);
+typedef void (*knob_format_fn)(const struct knob_desc *, uint64_t v, char *buf, size_t len);
+
+struct knob_desc {
+	const char *name;
+	const char *type;
+	const char *help;
+	const char *accepted;
+	const char *choices; /* space separated, index = value; NULL if none */
+	const char *default_text;
+	uint64_t min, max;
+	knob_parse_fn parse;
+	knob_format_fn format;
+};
+
+static int parse_choice(const struct knob_desc *, const char *, uint64_t *);
+static int parse_size_knob(const struct knob_desc *, const char *, uint64_t *);
+static int parse_integer(const struct knob_desc *, const char *, uint64_t *);
+static int parse_pagesize(const struct knob_desc *, const char *, uint64_t *);
+static void format_choice(const struct knob_desc *, uint64_t, char *, size_t);
+static void format_size(const struct knob_desc *, uint64_t, char *, size_t);
+static void format_integer(const struct knob_desc *, uint64_t, char *, size_t);
+static void format_pagesize(const struct knob_desc *, uint64_t, char *, size_t);
+
+#define TIB ((uint64_t)1 << 40)
+
+static const struct knob_desc knobs[KNOB_COUNT] = {
+	[KNOB_MODE] = {"mode", "choice",
+		"where blocks >= threshold live: hugetlb pool, THP, auto (hugetlb if the pool has free pages, else thp), off (libc)",
+		"one of: auto hugetlb thp off", "auto hugetlb thp off", "auto",
+		0, 3, parse_choice, format_choice},
+	[KNOB_THRESHOLD] = {"threshold", "size",
+		"allocations of at least this many bytes take the huge-page path",
+		"a size in bytes with optional K/M/G/T suffix, 4K..1T", NULL, "1M",
+		4096, TIB, parse_size_knob, format_size},
+	[KNOB_PAGESIZE] = {"pagesize", "choice",
+		"hugetlb page size: 2M, 1G, or auto (largest pool page size that fits the request)",
+		"one of: auto 2M 1G", "auto 2M 1G", "auto",
+		0, 0, parse_pagesize, format_pagesize},
+	[KNOB_FALLBACK] = {"fallback", "choice",
+		"what to do when the hugetlb pool cannot serve a block: thp, small (libc) or fail (NULL, ENOMEM)",
+		"one of: thp small fail", "thp small fail", "thp",
+		0, 2, parse_choice, format_choice},
+	[KNOB_CACHE_MAX] = {"cache_max", "size",
+		"bytes of freed huge blocks kept for reuse (0 disables the cache)",
+		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
+		0, TIB, parse_size_knob, format_size},
+	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
+		"cached blocks idle longer than this many milliseconds are released",
+		"an integer number of milliseconds, 0..3600000", NULL, "1000",
+		0, 3600000, parse_integer, format_integer},
+	[KNOB_URING] = {"uring", "choice",
+		"release pages through io_uring so freeing threads do not wait (falls back to synchronous if unavailable)",
+		"one of: on off", "on off", "on",
+		0, 1, parse_choice, format_choice},
+	[KNOB_VERBOSE] = {"verbose", "integer",
+		"log to stderr: 0 silent, 1 rejected input and fallbacks, 2 every mapping",
+		"an integer 0..2", NULL, "0",
+		0, 2, parse_integer, format_integer},
+};
+
+struct layer {
+	bool set;
+	uint64_t value;
+};
+static pthread_mutex_t knob_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct layer layers[KNOB_COUNT][HP_SOURCE_COUNT];
+static char rejected[KNOB_COUNT][HP_KNOB_ERROR_MAX];
+
+/* ---- sizes ---------------------------------------------------------------- */
+
+int hp_parse_size(const char *text, uint64_t *out)
+{
+	const char *p = text;
+	uint64_t v = 0;
+
+	if (!text || !out || !isdigit((unsigned char)*p))
+		goto invalid;
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			goto invalid;
+		v = v * 10 + d;
+	}
+	unsigned shift = 0;
+	switch (*p) {
+	case '\0': break;
+	case 'K': case 'k': shift = 10; break;
+	case 'M': case 'm': shift = 20; break;
+	case 'G': case 'g': shift = 30; break;
+	case 'T': case 't': shift = 40; break;
+	default: goto invalid;
+	}
+	if (shift && *++p != '\0')
+		goto invalid;
+	if (shift && v > (UINT64_MAX >> shift))
+		goto invalid;
+	*out = v << shift;
+	return 0;
+invalid:
+	errno = EINVAL;
+	return -1;
+}
+
+int hp_format_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char suffix[] = "TGMK";
+	int n;
+
+	for (int i = 0; i < 4; i++) {
+		unsigned shift = 40 - 10 * (unsigned)i;
+		uint64_t unit = (uint64_t)1 << shift;
+		if (bytes >= unit && bytes % unit == 0) {
+			n = snprintf(buf, len, "%llu%c", (unsigned long long)(bytes >> shift), suffix[i]);
+			goto done;
+		}
+	}
+	n = snprintf(buf, len, "%llu", (unsigned long long)bytes);
+done:
+	if (n < 0 || (size_t)n >= len) {
+		errno = ERANGE;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- per-type parsers and printers (input is one trimmed word) ---------- */
+
+/* Index of word in a space separated list, or -1. */
+static int choice_index(const char *choices, const char *word)
+{
+	size_t wlen = strlen(word);
+	int i = 0;
+
+	for (const char *p = choices; *p; i++) {
+		size_t n = strcspn(p, " ");
+		if (n == wlen && strncmp(p, word, n) == 0)
+			return i;
+		p += n;
+		p += (*p == ' ');
+	}
+	return -1;
+}
+
+/* Copy the index-th word of a space separated list. */
+static void choice_word(const char *choices, uint64_t index, char *buf, size_t len)
+{
+	const char *p = choices;
+	for (uint64_t i = 0; i < index && *p; i++) {
+		p += strcspn(p, " ");
+		p += (*p == ' ');
+	}
+	size_t n = strcspn(p, " ");
+	snprintf(buf, len, "%.*s", (int)n, p);
+}
+
+static int parse_choice(const struct knob_desc *k, const char *word, uint64_t *out)
+{
+	int i = choice_index(k->choices, word);
+	if (i < 0)
+		return -1;
+	*out = (uint64_t)i;
+	return 0;
+}
+
+static void format_choice(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	choice_word(k->choices, v, buf, len);
+}
+
+static int parse_size_knob(const struct knob_desc *k, const char *word, uint64_t *out)
+{
+	uint64_t v;
+	if (hp_parse_size(word, &v) < 0 || v < k->min || v > k->max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static void format_size(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	(void)k;
+	hp_format_size(v, buf, len);
+}
+
+static int parse_integer(const struct knob_desc *k, const char *word, uint64_t *out)
+{
+	uint64_t v;
+	/* plain digits only: reuse the size grammar, then refuse suffixes */
+	if (word[strspn(word, "0123456789")] != '\0' || hp_parse_size(word, &v) < 0)
+		return -1;
+	if (v < k->min || v > k->max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static void format_integer(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	(void)k;
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* pagesize: "auto" (0) or a size equal to 2M or 1G, stored in bytes. */
+static int parse_pagesize(const struct knob_desc *k, const char *word, uint64_t *out)
+{
+	uint64_t v;
+	(void)k;
+	if (strcmp(word, "auto") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (hp_parse_size(word, &v) < 0 || (v != 2 * HP_MiB && v != HP_GiB))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static void format_pagesize(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	(void)k;
+	if (v == 0)
+		snprintf(buf, len, "auto");
+	else
+		hp_format_size(v, buf, len);
+}
+
+/* ---- text in: one word, surrounding whitespace allowed (files end in \n) - */
+
+/* Trim into buf; -1 if empty, too long, or more than one word. */
+static int one_word(const char *text, char *buf, size_t len)
+{
+	while (isspace((unsigned char)*text))
+		text++;
+	size_t n = strcspn(text, " \t\r\n\v\f");
+	const char *rest = text + n;
+	while (isspace((unsigned char)*rest))
+		rest++;
+	if (n == 0 || n >= len || *rest != '\0')
+		return -1;
+	memcpy(buf, text, n);
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Printable, bounded copy of user input for messages. */
+static void quote_input(const char *text, char *buf, size_t len)
+{
+	size_t j = 0;
+	for (size_t i = 0; text[i] && j + 5 < len; i++) {
+		unsigned char c = (unsigned char)text[i];
+		if (i >= 40) {
+			j += (size_t)snprintf(buf + j, len - j, "...");
+			break;
+		}
+		if (isprint(c))
+			buf[j++] = (char)c;
+		else
+			j += (size_t)snprintf(buf + j, len - j, "\\x%02x", c);
+	}
+	buf[j] = '\0';
+}
+
+static int parse_value(int knob, const char *text, uint64_t *out, char *err, size_t err_len)
+{
+	const struct knob_desc *k = &knobs[knob];
+	char word[HP_KNOB_VALUE_MAX];
+
+	if (text && one_word(text, word, sizeof(word)) == 0 && k->parse(k, word, out) == 0)
+		return 0;
+	if (err && err_len) {
+		char shown[64];
+		quote_input(text ? text : "", shown, sizeof(shown));
+		snprintf(err, err_len, "%s: invalid value '%s' (accepted: %s)", k->name, shown, k->accepted);
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+static int knob_lookup(const char *name, char *err, size_t err_len)
+{
+	int i = hp_knob_index(name);
+	if (i < 0 && err && err_len) {
+		char shown[64];
+		quote_input(name ? name : "", shown, sizeof(shown));
+		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose)",
+			 shown);
+	}
+	return i;
+}
+
+/* ---- effective values -------------------------------------------------- */
+
+static int effective_source(int knob)
+{
+	for (int s = HP_SOURCE_COUNT - 1; s > HP_SOURCE_DEFAULT; s--)
+		if (layers[knob][s].set)
+			return s;
+	return HP_SOURCE_DEFAULT;
+}
+
+static void publish_value(int knob, uint64_t v)
+{
+	switch (knob) {
+	case KNOB_MODE: atomic_store(&hp_cfg.mode, (int)v); break;
+	case KNOB_THRESHOLD: atomic_store(&hp_cfg.threshold, (size_t)v); break;
+	case KNOB_PAGESIZE: atomic_store(&hp_cfg.pagesize, (size_t)v); break;
+	case KNOB_FALLBACK: atomic_store(&hp_cfg.fallback, (int)v); break;
+	case KNOB_CACHE_MAX: atomic_store(&hp_cfg.cache_max, (size_t)v); break;
+	case KNOB_CACHE_DECAY_MS: atomic_store(&hp_cfg.cache_decay_ms, v); break;
+	case KNOB_URING: atomic_store(&hp_cfg.uring, v == 0); break; /* "on" is index 0 */
+	case KNOB_VERBOSE: atomic_store(&hp_cfg.verbose, (int)v); break;
+	}
+}
+
+/* Called with knob_lock held: publish the effective value, note a change. */
+static void refresh(int knob, uint64_t before)
+{
+	uint64_t now = layers[knob][effective_source(knob)].value;
+	publish_value(knob, now);
+	if (now != before) {
+		stat_add(HP_STAT_CONFIG_GENERATION, 1);
+		janitor_wake();
+	}
+}
+
+int knobs_set_layer(int knob, int source, const char *canon)
+{
+	uint64_t v = 0;
+
+	if (knob < 0 || knob >= KNOB_COUNT || source <= HP_SOURCE_DEFAULT || source >= HP_SOURCE_COUNT ||
+	    (canon && parse_value(knob, canon, &v, NULL, 0) < 0)) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&knob_lock);
+	uint64_t before = layers[knob][effective_source(knob)].value;
+	layers[knob][source] = (struct layer){.set = canon != NULL, .value = v};
+	refresh(knob, before);
+	pthread_mutex_unlock(&knob_lock);
+	return 0;
+}
+
+void knobs_clear_source(int source)
+{
+	for (int k = 0; k < KNOB_COUNT; k++)
+		knobs_set_layer(k, source, NULL);
+}
+
+void knobs_note_reject(int knob, const char *why)
+{
+	if (knob < 0 || knob >= KNOB_COUNT)
+		return;
+	pthread_mutex_lock(&knob_lock);
+	size_t n = strnlen(why, sizeof(rejected[knob]) - 1); /* truncation is fine */
+	memcpy(rejected[knob], why, n);
+	rejected[knob][n] = '\0';
+	pthread_mutex_unlock(&knob_lock);
+	stat_add(HP_STAT_CONFIG_REJECTS, 1);
+	hp_log(1, "%s", why);
+}
+
+const char *knob_name(int knob)
+{
+	return knob >= 0 && knob < KNOB_COUNT ? knobs[knob].name : NULL;
+}
+
+/* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process. */
+void knobs_init(void)
+{
+	for (int k = 0; k < KNOB_COUNT; k++) {
+		uint64_t v = 0;
+		parse_value(k, knobs[k].default_text, &v, NULL, 0);
+		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
+		publish_value(k, v);
+	}
+	if (getauxval(AT_SECURE))
+		return;
+	for (int k = 0; k < KNOB_COUNT; k++) {
+		char var[64], canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX + 96];
+		snprintf(var, sizeof(var), "HPALLOC_%s", knobs[k].name);
+		for (char *c = var; *c; c++)
+			*c = (char)toupper((unsigned char)*c);
+		const char *text = getenv(var);
+		if (!text)
+			continue;
+		if (hp_knob_parse(knobs[k].name, text, canon, sizeof(canon), err, sizeof(err)) == 0) {
+			knobs_set_layer(k, HP_SOURCE_ENV, canon);
+		} else {
+			snprintf(why, sizeof(why), "%s ignored: %s", var, err);
+			knobs_note_reject(k, why);
+		}
+	}
+}
+
+/* ---- public API ------------------------------------------------------------ */
+
+int hp_knob_count(void)
+{
+	return KNOB_COUNT;
+}
+
+int hp_knob_index(const char *name)
+{
+	for (int k = 0; name && k < KNOB_COUNT; k++)
+		if (strcmp(knobs[k].name, name) == 0)
+			return k;
+	errno = ENOENT;
+	return -1;
+}
+
+int hp_knob_info(int index, struct hp_knob_info *out)
+{
+	if (index < 0 || index >= KNOB_COUNT || !out) {
+		errno = EINVAL;
+		return -1;
+	}
+	hp_init();
+	const struct knob_desc *k = &knobs[index];
+	*out = (struct hp_knob_info){.name = k->name, .type = k->type, .help = k->help,
+				     .accepted = k->accepted, .choices = k->choices};
+	pthread_mutex_lock(&knob_lock);
+	int src = effective_source(index);
+	k->format(k, layers[index][HP_SOURCE_DEFAULT].value, out->default_value, sizeof(out->default_value));
+	k->format(k, layers[index][src].value, out->value, sizeof(out->value));
+	out->source = src;
+	snprintf(out->rejected, sizeof(out->rejected), "%s", rejected[index]);
+	pthread_mutex_unlock(&knob_lock);
+	return 0;
+}
+
+int hp_knob_parse(const char *name, const char *text, char *canon, size_t canon_len, char *err, size_t err_len)
+{
+	uint64_t v;
+	int k = knob_lookup(name, err, err_len);
+
+	if (k < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (parse_value(k, text, &v, err, err_len) < 0)
+		return -1;
+	if (canon && canon_len)
+		knobs[k].format(&knobs[k], v, canon, canon_len);
+	return 0;
+}
+
+int hp_knob_render(const char *name, const char *canon, char *buf, size_t buf_len)
+{
+	char value[HP_KNOB_VALUE_MAX];
+	int k = hp_knob_index(name);
+	int n;
+
+	if (k < 0 || hp_knob_parse(name, canon, value, sizeof(value), NULL, 0) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	const char *choices = knobs[k].choices;
+	if (!choices) {
+		n = snprintf(buf, buf_len, "%s\n", value);
+	} else {
+		/* every choice, the current one in brackets, as the kernel's THP files */
+		size_t used = 0;
+		n = 0;
+		for (const char *p = choices; *p && n >= 0;) {
+			size_t w = strcspn(p, " ");
+			bool cur = strlen(value) == w && strncmp(p, value, w) == 0;
+			n = snprintf(buf + used, used < buf_len ? buf_len - used : 0, "%s%s%.*s%s",
+				     used ? " " : "", cur ? "[" : "", (int)w, p, cur ? "]" : "");
+			used += (size_t)n;
+			p += w;
+			p += (*p == ' ');
+		}
+		n = snprintf(buf + (used < buf_len ? used : 0), used < buf_len ? buf_len - used : 0, "\n");
+		n = (int)(used + 1);
+	}
+	if (n < 0 || (size_t)n >= buf_len) {
+		errno = ERANGE;
+		return -1;
+	}
+	return 0;
+}
+
+/* A control file holds either one word, or the rendered choice list with
+ * exactly one bracketed word (so `cat` output written back is accepted). */
+int hp_knob_parse_file(const char *name, const char *body, char *canon, size_t canon_len, char *err, size_t err_len)
+{
+	const char *open = body ? strchr(body, '[') : NULL;
+	int k = knob_lookup(name, err, err_len);
+
+	if (k < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!open || !knobs[k].choices)
+		return hp_knob_parse(name, body, canon, canon_len, err, err_len);
+
+	const char *close = strchr(open, ']');
+	char word[HP_KNOB_VALUE_MAX], rendered[256];
+	size_t n = close ? (size_t)(close - open - 1) : 0;
+	if (!close || n == 0 || n >= sizeof(word) || strchr(close, '['))
+		goto bad;
+	memcpy(word, open + 1, n);
+	word[n] = '\0';
+	/* the list around the brackets must be exactly what we would render */
+	if (hp_knob_render(name, word, rendered, sizeof(rendered)) < 0)
+		goto bad;
+	size_t blen = strlen(body), rlen = strlen(rendered);
+	while (blen && isspace((unsigned char)body[blen - 1]))
+		blen--;
+	if (blen != rlen - 1 || strncmp(body, rendered, blen) != 0)
+		goto bad;
+	return hp_knob_parse(name, word, canon, canon_len, err, err_len);
+bad:
+	if (err && err_len) {
+		char shown[64];
+		quote_input(body, shown, sizeof(shown));
+		snprintf(err, err_len, "%s: invalid value '%s' (accepted: %s)", knobs[k].name, shown, knobs[k].accepted);
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+int hp_knob_set(const char *name, const char *text)
+{
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX];
+
+	hp_init();
+	if (hp_knob_parse(name, text, canon, sizeof(canon), err, sizeof(err)) < 0) {
+		hp_log(1, "hp_knob_set refused: %s", err);
+		errno = EINVAL;
+		return -1;
+	}
+	return knobs_set_layer(hp_knob_index(name), HP_SOURCE_PROCESS, canon);
+}
+
+int hp_knob_unset(const char *name)
+{
+	hp_init();
+	if (!name) {
+		knobs_clear_source(HP_SOURCE_PROCESS);
+		return 0;
+	}
+	int k = hp_knob_index(name);
+	if (k < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	return knobs_set_layer(k, HP_SOURCE_PROCESS, NULL);
+}
+
+int hp_knob_get(const char *name, char *buf, size_t len)
+{
+	struct hp_knob_info info;
+	int k = hp_knob_index(name);
+
+	if (k < 0 || !buf || hp_knob_info(k, &info) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((size_t)snprintf(buf, len, "%s", info.value) >= len) {
+		errno = ERANGE;
+		return -1;
+	}
+	return info.source;
+}
+
+const char *hp_source_name(int source)
+{
+	static const char *const names[HP_SOURCE_COUNT] = {"default", "control", "env", "process"};
+	return source >= 0 && source < HP_SOURCE_COUNT ? names[source] : NULL;
+}
+
+/* ---- logging: silent unless `verbose` asks ---------------------------------- */
+
+void hp_log(int level, const char *fmt, ...)
+{
+	if (atomic_load_explicit(&hp_cfg.verbose, memory_order_relaxed) < level)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "hpalloc[%d]: %s\n", (int)getpid(), line);
+}

@@ -1,0 +1,91 @@
+/* Lazy initialisation, fork handling and exit.
+ *
+ * Nothing runs at load time: the first hp_* call reads the knobs, the
+ * control directory, and starts the janitor thread.  Around fork every
+ * internal lock is taken (so no other thread can hold one mid-update), and
+ * the child re-initialises: new janitor, new io_uring. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+_Atomic int hp_initialized;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool once_done;
+static __thread bool initializing; /* init itself calls hp_* functions */
+
+uint64_t hp_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void prepare_fork(void)
+{
+	pthread_mutex_lock(&init_lock);
+	pthread_mutex_lock(&hp_heap_lock);
+	release_prepare_fork();
+}
+
+static void parent_after_fork(void)
+{
+	release_parent_after_fork();
+	pthread_mutex_unlock(&hp_heap_lock);
+	pthread_mutex_unlock(&init_lock);
+}
+
+static void child_after_fork(void)
+{
+	release_child_after_fork();
+	pthread_mutex_unlock(&hp_heap_lock);
+	/* A recursive mutex remembers its owner's tid, which fork() changed:
+	 * unlocking it here fails (EPERM) and the child's first hp_* call
+	 * would hang.  Start the child with a fresh, unlocked one. */
+	pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+	memcpy(&init_lock, &fresh, sizeof(fresh));
+	control_child_after_fork();
+	/* the next hp_* call starts a janitor of our own */
+	atomic_store_explicit(&hp_initialized, 0, memory_order_release);
+}
+
+static void at_exit(void)
+{
+	publish_exit();
+}
+
+void hp_init_slow(void)
+{
+	if (initializing)
+		return;
+	pthread_mutex_lock(&init_lock);
+	if (atomic_load(&hp_initialized)) {
+		pthread_mutex_unlock(&init_lock);
+		return;
+	}
+	initializing = true;
+	if (!once_done) {
+		knobs_init();
+		control_init();
+		pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+		atexit(at_exit);
+		once_done = true;
+	}
+	janitor_start();
+	atomic_store_explicit(&hp_initialized, 1, memory_order_release);
+	initializing = false;
+	pthread_mutex_unlock(&init_lock);
+}
+
+const char *hp_version(void)
+{
+#ifdef PACKAGE_VERSION
+	return PACKAGE_VERSION;
+#else
+	return "0.1.0";
+#endif
+}

@@ -1,0 +1,277 @@
+/* Talking to the kernel about memory: mappings hpalloc owns, THP alignment,
+ * hugetlb page sizes (found with libhugetlbfs) and pool levels. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifdef HAVE_LIBHUGETLBFS
+#include <hugetlbfs.h>
+#endif
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+/* THP mappings are followed by one PROT_NONE guard page: it keeps the
+ * kernel from merging neighbouring blocks into one VMA (so smaps reports
+ * each block on its own) and turns an overrun into a fault. */
+#define GUARD HP_BASE_PAGE
+
+#define MAX_PAGESIZES 4
+static size_t pagesizes[MAX_PAGESIZES]; /* hugetlb sizes, descending */
+static int npagesizes;
+
+static int log2_size(size_t v)
+{
+	return 63 - __builtin_clzll((unsigned long long)v);
+}
+
+/* Page sizes the kernel offers, from libhugetlbfs when we have it. */
+static void find_pagesizes(void)
+{
+	long found[MAX_PAGESIZES];
+	int n = 0;
+#ifdef HAVE_LIBHUGETLBFS
+	n = gethugepagesizes(found, MAX_PAGESIZES);
+#endif
+	if (n <= 0) { /* without libhugetlbfs: the x86 sizes, if sysfs has them */
+		static const long guess[] = {1L << 30, 2L << 20};
+		n = 0;
+		for (int i = 0; i < 2; i++) {
+			char path[96];
+			snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%ldkB", guess[i] >> 10);
+			if (access(path, F_OK) == 0)
+				found[n++] = guess[i];
+		}
+	}
+	npagesizes = 0;
+	for (int i = 0; i < n; i++)
+		if (found[i] > 0)
+			pagesizes[npagesizes++] = (size_t)found[i];
+	for (int i = 1; i < npagesizes; i++) /* tiny insertion sort, descending */
+		for (int j = i; j > 0 && pagesizes[j] > pagesizes[j - 1]; j--) {
+			size_t t = pagesizes[j];
+			pagesizes[j] = pagesizes[j - 1];
+			pagesizes[j - 1] = t;
+		}
+}
+
+static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;
+
+bool os_pagesize_supported(size_t pagesize)
+{
+	pthread_once(&pagesizes_once, find_pagesizes);
+	for (int i = 0; i < npagesizes; i++)
+		if (pagesizes[i] == pagesize)
+			return true;
+	return false;
+}
+
+static long read_long(const char *path)
+{
+	char buf[32];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10);
+}
+
+/* Pages an mmap without MAP_NORESERVE can still reserve: free - reserved.
+ * Read fresh each time: this is only on the cache-miss path, next to mmap. */
+long os_pool_available(size_t pagesize)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages", pagesize >> 10);
+	long free_pages = read_long(path);
+	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
+	long resv = read_long(path);
+	if (free_pages < 0 || resv < 0)
+		return -1;
+	return free_pages > resv ? free_pages - resv : 0;
+}
+
+static bool pool_can_serve(size_t pagesize, size_t size)
+{
+	long avail = os_pool_available(pagesize);
+	return avail > 0 && (size_t)avail >= hp_align_up(size, pagesize) / pagesize;
+}
+
+/* knob 0 (auto): the largest page size whose pool can hold the request with
+ * at most 1/8 rounding waste; else the smallest offered size, so that
+ * mode=hugetlb tries it and the fallback decides.  0 if none is offered. */
+size_t os_choose_pagesize(size_t knob, size_t size)
+{
+	pthread_once(&pagesizes_once, find_pagesizes);
+	if (knob)
+		return knob;
+	for (int i = 0; i < npagesizes; i++) {
+		size_t ps = pagesizes[i];
+		if (ps <= size && hp_align_up(size, ps) - size <= size / 8 && pool_can_serve(ps, size))
+			return ps;
+	}
+	return npagesizes ? pagesizes[npagesizes - 1] : 0;
+}
+
+bool os_pool_ready(size_t pagesize, size_t size)
+{
+	return pagesize && pool_can_serve(pagesize, size);
+}
+
+/* ---- mappings ----------------------------------------------------------------- */
+
+static void *map_anon(void *hint, size_t len, int prot, int extra)
+{
+	void *p = mmap(hint, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Map len (+ guard) bytes starting on a 2 MiB boundary.  Over-map by 2 MiB
+ * and trim, unless the kernel already handed out an aligned address. */
+static void *map_aligned(size_t len, int prot, int extra)
+{
+	size_t span = len + GUARD;
+	char *raw = map_anon(NULL, span, prot, extra);
+	if (!raw)
+		return NULL;
+	if (((uintptr_t)raw & (HP_THP_SIZE - 1)) == 0)
+		return raw;
+	munmap(raw, span);
+	raw = map_anon(NULL, span + HP_THP_SIZE, prot, extra);
+	if (!raw)
+		return NULL;
+	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
+	if (start > raw)
+		munmap(raw, (size_t)(start - raw));
+	char *end = raw + span + HP_THP_SIZE;
+	if (end > start + span)
+		munmap(start + span, (size_t)(end - (start + span)));
+	return start;
+}
+
+int os_map_thp(size_t size, struct hp_map *out)
+{
+	size_t len = hp_align_up(size, HP_BASE_PAGE);
+	if (len < size || len > SIZE_MAX / 2) {
+		errno = ENOMEM;
+		return -1;
+	}
+	char *p = map_aligned(len, PROT_READ | PROT_WRITE, 0);
+	if (!p) {
+		errno = ENOMEM;
+		return -1;
+	}
+	mprotect(p + len, GUARD, PROT_NONE);
+	/* only ever on our own mapping: never on memory libc may reuse */
+	madvise(p, len, MADV_HUGEPAGE);
+	*out = (struct hp_map){.addr = p, .len = len, .pagesize = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
+	hp_log(2, "thp map %p %zu", (void *)p, len);
+	return 0;
+}
+
+/* Without MAP_NORESERVE the pool pages are reserved now: a short pool is
+ * ENOMEM here instead of a SIGBUS at first touch. */
+int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
+{
+	if (!pagesize || !os_pagesize_supported(pagesize)) {
+		errno = EINVAL;
+		return -1;
+	}
+	size_t len = hp_align_up(size, pagesize);
+	if (len < size || len > SIZE_MAX / 2) {
+		errno = ENOMEM;
+		return -1;
+	}
+	int flags = MAP_HUGETLB | (log2_size(pagesize) << MAP_HUGE_SHIFT);
+	void *p = map_anon(NULL, len, PROT_READ | PROT_WRITE, flags);
+	if (!p) {
+		hp_log(2, "hugetlb map of %zu with %zu pages failed: %s", len, pagesize, strerror(errno));
+		errno = ENOMEM;
+		return -1;
+	}
+	*out = (struct hp_map){.addr = p, .len = len, .pagesize = pagesize, .backend = HP_BACKEND_HUGETLB};
+	hp_log(2, "hugetlb map %p %zu (page %zu)", p, len, pagesize);
+	return 0;
+}
+
+int os_unmap(const struct hp_map *m)
+{
+	size_t span = m->len + (m->backend == HP_BACKEND_THP ? GUARD : 0);
+	return munmap(m->addr, span);
+}
+
+/* Put a guard page at end if the address is free; losing it is harmless. */
+static void place_guard(char *end)
+{
+	void *g = map_anon(end, GUARD, PROT_NONE, MAP_FIXED_NOREPLACE);
+	if (g && g != end)
+		munmap(g, GUARD); /* old kernels treat the flag as a hint */
+}
+
+static int shrink_thp(struct hp_map *m, size_t new_len)
+{
+	char *p = m->addr;
+	/* the first dropped page becomes the guard, the rest goes */
+	if (mprotect(p + new_len, GUARD, PROT_NONE) < 0)
+		return -1;
+	munmap(p + new_len + GUARD, m->len - new_len);
+	m->len = new_len;
+	return 0;
+}
+
+/* Move to a fresh 2 MiB aligned place: page tables move, data is not
+ * copied, and PMD-aligned huge pages stay huge. */
+static int move_thp(struct hp_map *m, size_t new_len)
+{
+	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
+	if (!target)
+		return -1;
+	void *moved = mremap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+	if (moved == MAP_FAILED) {
+		munmap(target, new_len + GUARD);
+		return -1;
+	}
+	m->addr = moved;
+	return 0;
+}
+
+int os_remap_thp(struct hp_map *m, size_t new_size)
+{
+	size_t new_len = hp_align_up(new_size, HP_BASE_PAGE);
+	char *p = m->addr;
+
+	if (new_len < new_size || m->backend != HP_BACKEND_THP) {
+		errno = m->backend != HP_BACKEND_THP ? EINVAL : ENOMEM;
+		return -1;
+	}
+	if (new_len == m->len)
+		return 0;
+	if (new_len < m->len)
+		return shrink_thp(m, new_len);
+	munmap(p + m->len, GUARD); /* let the mapping grow into it */
+	if (mremap(p, m->len, new_len, 0) != MAP_FAILED) {
+		place_guard(p + new_len);
+	} else if (move_thp(m, new_len) < 0) {
+		place_guard(p + m->len);
+		errno = ENOMEM;
+		return -1;
+	}
+	m->len = new_len;
+	madvise(m->addr, new_len, MADV_HUGEPAGE);
+	return 0;
+}

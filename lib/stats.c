@@ -1,0 +1,152 @@
+/* Counters.  Huge-path counters are relaxed atomics (that path already
+ * takes a lock and makes syscalls).  The small path counts into per-thread
+ * slots instead, so it adds no shared cache-line traffic; a snapshot sums
+ * the slots of live threads plus what exited threads left behind. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+_Atomic uint64_t hp_counters[HP_STAT_COUNT];
+
+static const char *const stat_names[HP_STAT_COUNT] = {
+	[HP_STAT_SMALL_LIVE_BYTES] = "small_live_bytes",
+	[HP_STAT_SMALL_LIVE_BLOCKS] = "small_live_blocks",
+	[HP_STAT_THP_LIVE_BYTES] = "thp_live_bytes",
+	[HP_STAT_THP_LIVE_BLOCKS] = "thp_live_blocks",
+	[HP_STAT_HUGETLB_LIVE_BYTES] = "hugetlb_live_bytes",
+	[HP_STAT_HUGETLB_LIVE_BLOCKS] = "hugetlb_live_blocks",
+	[HP_STAT_MAPPED_BYTES] = "mapped_bytes",
+	[HP_STAT_CACHED_BYTES] = "cached_bytes",
+	[HP_STAT_CACHED_BLOCKS] = "cached_blocks",
+	[HP_STAT_CACHE_HITS] = "cache_hits",
+	[HP_STAT_CACHE_MISSES] = "cache_misses",
+	[HP_STAT_CACHE_EVICTIONS] = "cache_evictions",
+	[HP_STAT_CACHE_DECAYS] = "cache_decays",
+	[HP_STAT_FALLBACKS] = "fallbacks",
+	[HP_STAT_FAILURES] = "failures",
+	[HP_STAT_RELEASED_BYTES] = "released_bytes",
+	[HP_STAT_URING_RELEASES] = "uring_releases",
+	[HP_STAT_SYNC_RELEASES] = "sync_releases",
+	[HP_STAT_REALLOC_INPLACE] = "realloc_inplace",
+	[HP_STAT_REALLOC_COPIES] = "realloc_copies",
+	[HP_STAT_CONFIG_GENERATION] = "config_generation",
+	[HP_STAT_CONFIG_REJECTS] = "config_rejects",
+};
+
+/* ---- per-thread small-path counters ---------------------------------------- */
+
+struct small_slot {
+	_Atomic int64_t bytes, blocks; /* written only by the owning thread */
+	struct small_slot *next;
+};
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct small_slot *slots;
+static _Atomic int64_t exited_bytes, exited_blocks;
+static pthread_key_t slot_key;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static __thread struct small_slot *my_slot __attribute__((tls_model("initial-exec")));
+
+static void slot_retire(void *arg)
+{
+	struct small_slot *s = arg, **pp;
+
+	atomic_fetch_add(&exited_bytes, atomic_load(&s->bytes));
+	atomic_fetch_add(&exited_blocks, atomic_load(&s->blocks));
+	pthread_mutex_lock(&slots_lock);
+	for (pp = &slots; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&slots_lock);
+	free(s);
+}
+
+static void slot_key_create(void)
+{
+	pthread_key_create(&slot_key, slot_retire);
+}
+
+static struct small_slot *slot_get(void)
+{
+	if (likely(my_slot != NULL))
+		return my_slot;
+	struct small_slot *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL; /* counting is best effort; allocation is not */
+	pthread_once(&slot_once, slot_key_create);
+	pthread_setspecific(slot_key, s);
+	pthread_mutex_lock(&slots_lock);
+	s->next = slots;
+	slots = s;
+	pthread_mutex_unlock(&slots_lock);
+	return my_slot = s;
+}
+
+static inline void slot_add(int64_t bytes, int64_t blocks)
+{
+	struct small_slot *s = slot_get();
+	if (!s)
+		return;
+	/* single writer: a plain load+store, no locked instruction */
+	atomic_store_explicit(&s->bytes, atomic_load_explicit(&s->bytes, memory_order_relaxed) + bytes,
+			      memory_order_relaxed);
+	atomic_store_explicit(&s->blocks, atomic_load_explicit(&s->blocks, memory_order_relaxed) + blocks,
+			      memory_order_relaxed);
+}
+
+static const int live_bytes_stat[HP_BACKEND_COUNT] = {
+	HP_STAT_SMALL_LIVE_BYTES, HP_STAT_THP_LIVE_BYTES, HP_STAT_HUGETLB_LIVE_BYTES};
+
+void stats_live_add(int backend, size_t bytes)
+{
+	if (backend == HP_BACKEND_SMALL) {
+		slot_add((int64_t)bytes, 1);
+		return;
+	}
+	stat_add(live_bytes_stat[backend], bytes);
+	stat_add(live_bytes_stat[backend] + 1, 1);
+}
+
+void stats_live_sub(int backend, size_t bytes)
+{
+	if (backend == HP_BACKEND_SMALL) {
+		slot_add(-(int64_t)bytes, -1);
+		return;
+	}
+	stat_sub(live_bytes_stat[backend], bytes);
+	stat_sub(live_bytes_stat[backend] + 1, 1);
+}
+
+int hp_stats_get(struct hp_stats *out)
+{
+	if (!out) {
+		errno = EINVAL;
+		return -1;
+	}
+	hp_init();
+	for (int i = 0; i < HP_STAT_COUNT; i++)
+		out->v[i] = atomic_load_explicit(&hp_counters[i], memory_order_relaxed);
+	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
+	pthread_mutex_lock(&slots_lock);
+	for (struct small_slot *s = slots; s; s = s->next) {
+		bytes += atomic_load_explicit(&s->bytes, memory_order_relaxed);
+		blocks += atomic_load_explicit(&s->blocks, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&slots_lock);
+	out->v[HP_STAT_SMALL_LIVE_BYTES] = bytes > 0 ? (uint64_t)bytes : 0;
+	out->v[HP_STAT_SMALL_LIVE_BLOCKS] = blocks > 0 ? (uint64_t)blocks : 0;
+	return 0;
+}
+
+const char *hp_stat_name(int stat)
+{
+	return stat >= 0 && stat < HP_STAT_COUNT ? stat_names[stat] : NULL;
+}
+
+const char *hp_backend_name(int backend)
+{
+	static const char *const names[HP_BACKEND_COUNT] = {"small", "thp", "hugetlb"};
+	return backend >= 0 && backend < HP_BACKEND_COUNT ? names[backend] : NULL;
+}
