@@ -90,8 +90,9 @@ def run_suite(label, env, out_dir, work_dir, pytest_args):
     with open(log, "w") as out:
         status = subprocess.run(cmd, env=env, cwd=work_dir, stdout=out,
                                 stderr=subprocess.STDOUT).returncode
-    with open(log) as f:
-        tail = [line for line in f.read().splitlines() if line.strip()][-1:]
+    with open(log, errors="replace") as f:  # pytest's own summary ("27897 passed, ... in 150.2s")
+        tail = [line.strip(" =") for line in f.read().splitlines()
+                if re.search(r"\d+ (passed|failed)\b.* in [\d.]+s", line)][-1:]
     print("check-numpy: %s run: exit %d in %.0f s: %s" % (
         label, status, time.monotonic() - start, tail[0] if tail else ""), flush=True)
     if not os.path.exists(results):

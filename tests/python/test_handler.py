@@ -179,3 +179,55 @@ def test_hpalloc_numpy_env_with_a_bad_value_warns_and_changes_nothing(user_site)
     proc = run_python(PROBE, env=dict(user_site, HPALLOC_NUMPY="maybe"))
     assert proc.stdout.split() == ["default_allocator"] * 3
     assert "HPALLOC_NUMPY" in proc.stderr
+
+
+def _wait_or_kill(pid, seconds):
+    import os
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "hung"
+
+
+@pytest.mark.parametrize("with_threads", [False, True])
+def test_forked_child_allocates_and_frees(with_threads):
+    # The handler stays selected in the child (fork copies the context) and
+    # the library must work there: NumPy's own suite forks mid-run.
+    import os
+    hpnp.install()
+    parent_arrays = [np.ones(1 << 20), np.ones(10)]
+    workers = []
+    if with_threads:  # other threads allocating while we fork
+        stop = threading.Event()
+
+        def churn():
+            while not stop.is_set():
+                np.ones(1 << 19).sum()
+        workers = [threading.Thread(target=churn) for _ in range(2)]
+        for w in workers:
+            w.start()
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: no pytest machinery, exit code is the verdict
+            code = 1
+            try:
+                arrays = [np.full(n, 2.0) for n in (10, 1 << 20, 1 << 23)]
+                ok = (name_of(arrays[1]) == "hpalloc" and
+                      sum(a.sum() for a in arrays) == 2.0 * (10 + (1 << 20) + (1 << 23)))
+                del arrays, parent_arrays[:]
+                code = 0 if ok else 2
+            finally:
+                os._exit(code)
+        assert _wait_or_kill(pid, 60) == 0
+    finally:
+        if workers:
+            stop.set()
+            for w in workers:
+                w.join()
+    assert parent_arrays[0].sum() == 1 << 20
