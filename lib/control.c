@@ -518,10 +518,13 @@ static void poll_override(bool force)
 		return;
 	}
 	snprintf(rel, sizeof(rel), "proc/%ld/override", (long)getpid());
+	root = control_open_dir(AT_FDCWD, C.dir, path, sizeof(path));
+	if (root < 0) {
+		if (errno == ENOENT) /* gone, and our overrides with it */
+			poll_layer(&C.override, -1, NULL, force);
+		return; /* refused: poll_control() said why, keep the layer */
+	}
 	snprintf(path, sizeof(path), "%s/%s", C.dir, rel);
-	root = open(C.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (root < 0)
-		return;
 	fd = open_layer_dir(&C.override, root, rel, path);
 	close(root);
 	if (fd == -2)
