@@ -75,7 +75,8 @@ HP_API int hp_kernel_backing(const void *addr, size_t len,
 
 struct hp_backing {
 	int backend;             /* enum hp_backend                        */
-	size_t usable_size;      /* hp_usable_size() of the block          */
+	size_t usable_size;      /* hp_usable_size() of a huge block; 0 for
+				    small ones (libc memory is not tracked) */
 	size_t mapping_size;     /* bytes mapped for it (0 for small)      */
 	size_t requested_page_size; /* page size hpalloc asked for         */
 	struct hp_kernel_backing kernel; /* smaps, over the block's range  */

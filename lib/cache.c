@@ -131,3 +131,17 @@ struct hp_block *cache_take_all(void)
 {
 	return trim_to(0, NULL);
 }
+
+struct hp_block *cache_take_backend(int backend)
+{
+	struct hp_block *out = NULL, *b = lru_oldest;
+	while (b) {
+		struct hp_block *next = b->lru_next;
+		if (b->map.backend == backend) {
+			unlink_block(b);
+			out = push(out, b);
+		}
+		b = next;
+	}
+	return out;
+}

@@ -28,12 +28,17 @@ static inline size_t small_usable(const void *p)
 	return malloc_usable_size(raw) - (size_t)((const char *)p - (char *)raw);
 }
 
+static void *fail_enomem(void)
+{
+	stat_add(HP_STAT_FAILURES, 1);
+	errno = ENOMEM;
+	return NULL;
+}
+
 static void *small_alloc(size_t size, bool zero)
 {
-	if (size > SIZE_MAX - HP_SMALL_ALIGN) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (size > SIZE_MAX - HP_SMALL_ALIGN)
+		return fail_enomem();
 	char *raw = zero ? calloc(1, size + HP_SMALL_ALIGN) : malloc(size + HP_SMALL_ALIGN);
 	if (unlikely(!raw)) {
 		stat_add(HP_STAT_FAILURES, 1);
@@ -57,10 +62,8 @@ static void *small_realloc(void *p, size_t size)
 	void *raw = small_raw(p);
 	size_t offset = (size_t)((char *)p - (char *)raw), old = small_usable(p);
 
-	if (size > SIZE_MAX - HP_SMALL_ALIGN) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (size > SIZE_MAX - HP_SMALL_ALIGN)
+		return fail_enomem();
 	stats_live_sub(HP_BACKEND_SMALL, old);
 	char *nraw = realloc(raw, size + HP_SMALL_ALIGN);
 	if (!nraw) {
@@ -202,8 +205,13 @@ static void *publish_block(struct hp_block *b)
 	return b->map.addr;
 }
 
+/* Larger than any x86-64 address space: refuse before rounding can wrap. */
+#define HP_MAX_BLOCK ((size_t)1 << 46)
+
 static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 {
+	if (size > HP_MAX_BLOCK)
+		return fail_enomem();
 	struct plan p = plan_for(size, ctx);
 	struct hp_block *b = get_block(p, size, zero);
 
@@ -221,11 +229,8 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 			break;
 		}
 	}
-	if (!b) {
-		stat_add(HP_STAT_FAILURES, 1);
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!b)
+		return fail_enomem();
 	return publish_block(b);
 }
 
@@ -260,11 +265,8 @@ void *hp_calloc(size_t nmemb, size_t size)
 	size_t total;
 
 	hp_init();
-	if (__builtin_mul_overflow(nmemb, size, &total)) {
-		stat_add(HP_STAT_FAILURES, 1);
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (__builtin_mul_overflow(nmemb, size, &total))
+		return fail_enomem();
 	if (likely(!wants_huge(total)))
 		return small_alloc(total, true);
 	return huge_alloc(total, NULL, true);
@@ -327,6 +329,9 @@ static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const st
 static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
 	bool stays_huge = ctx || wants_huge(size);
+
+	if (size > HP_MAX_BLOCK)
+		return fail_enomem();
 
 	if (stays_huge && size <= b->map.len && size >= b->map.len / 2) {
 		stat_add(HP_STAT_REALLOC_INPLACE, 1);
@@ -410,10 +415,8 @@ void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
 	if (!ctx)
 		return hp_calloc(nelem, elsize);
 	hp_init();
-	if (__builtin_mul_overflow(nelem, elsize, &total)) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (__builtin_mul_overflow(nelem, elsize, &total))
+		return fail_enomem();
 	return huge_alloc(total ? total : 1, ctx, true);
 }
 

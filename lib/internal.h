@@ -120,6 +120,7 @@ HP_HIDDEN struct hp_block *cache_take(int backend, size_t pagesize, size_t size)
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
+HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- release.c ------------------------------------------------------------------ */
 /* Give a list (linked by ->next) of blocks back to the kernel and free the

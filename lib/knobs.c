@@ -406,7 +406,9 @@ void knobs_init(void)
 	}
 	if (getauxval(AT_SECURE))
 		return;
-	for (int k = 0; k < KNOB_COUNT; k++) {
+	/* verbose first, so that it already applies to the other knobs' rejects */
+	for (int i = 0; i < KNOB_COUNT; i++) {
+		int k = i == 0 ? KNOB_VERBOSE : (i == KNOB_VERBOSE ? 0 : i);
 		char var[64], canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX + 96];
 		snprintf(var, sizeof(var), "HPALLOC_%s", knobs[k].name);
 		for (char *c = var; *c; c++)
@@ -557,7 +559,7 @@ int hp_knob_set(const char *name, const char *text)
 
 	hp_init();
 	if (hp_knob_parse(name, text, canon, sizeof(canon), err, sizeof(err)) < 0) {
-		hp_log(1, "hp_knob_set refused: %s", err);
+		knobs_note_reject(hp_knob_index(name), err); /* unknown names: nothing to note on */
 		errno = EINVAL;
 		return -1;
 	}

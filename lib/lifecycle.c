@@ -39,15 +39,21 @@ static void parent_after_fork(void)
 	pthread_mutex_unlock(&init_lock);
 }
 
+/* Cached hugetlb blocks are MAP_PRIVATE copies whose pool reservation
+ * stays with the parent: reused here, a first touch could need a pool
+ * page that is not there (SIGBUS).  The child drops them. */
+static void drop_inherited_hugetlb(void)
+{
+	release_blocks(cache_take_backend(HP_BACKEND_HUGETLB)); /* no ring yet: synchronous */
+}
+
 static void child_after_fork(void)
 {
 	release_child_after_fork();
+	drop_inherited_hugetlb();
 	pthread_mutex_unlock(&hp_heap_lock);
-	/* A recursive mutex remembers its owner's tid, which fork() changed:
-	 * unlocking it here fails (EPERM) and the child's first hp_* call
-	 * would hang.  Start the child with a fresh, unlocked one. */
-	pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-	memcpy(&init_lock, &fresh, sizeof(fresh));
+	/* the lock may have been taken by a thread that does not exist here */
+	pthread_mutex_init(&init_lock, NULL);
 	control_child_after_fork();
 	/* the next hp_* call starts a janitor of our own */
 	atomic_store_explicit(&hp_initialized, 0, memory_order_release);
@@ -56,6 +62,13 @@ static void child_after_fork(void)
 static void at_exit(void)
 {
 	publish_exit();
+}
+
+/* Fork handlers exist before anything can take init_lock: a fork while
+ * another thread initialises must not leave the child a held lock. */
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+	pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
 }
 
 void hp_init_slow(void)
@@ -71,7 +84,6 @@ void hp_init_slow(void)
 	if (!once_done) {
 		knobs_init();
 		control_init();
-		pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
 		atexit(at_exit);
 		once_done = true;
 	}

@@ -78,7 +78,7 @@ bool os_pagesize_supported(size_t pagesize)
 	return false;
 }
 
-static long read_long(const char *path)
+static long long read_counter(const char *path)
 {
 	char buf[32];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -89,7 +89,9 @@ static long read_long(const char *path)
 	if (n <= 0)
 		return -1;
 	buf[n] = '\0';
-	return strtol(buf, NULL, 10);
+	/* the kernel's counters are unsigned and can transiently wrap (a
+	 * reserve count of -4 reads 18446744073709551612): keep it modular */
+	return (long long)strtoull(buf, NULL, 10);
 }
 
 /* Pages an mmap without MAP_NORESERVE can still reserve: free - reserved.
@@ -98,12 +100,13 @@ long os_pool_available(size_t pagesize)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages", pagesize >> 10);
-	long free_pages = read_long(path);
+	long long free_pages = read_counter(path);
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
-	long resv = read_long(path);
-	if (free_pages < 0 || resv < 0)
+	long long resv = read_counter(path);
+	if (free_pages < 0)
 		return -1;
-	return free_pages > resv ? free_pages - resv : 0;
+	long long avail = (long long)((unsigned long long)free_pages - (unsigned long long)resv);
+	return avail > 0 ? (long)avail : 0;
 }
 
 static bool pool_can_serve(size_t pagesize, size_t size)
@@ -176,9 +179,11 @@ int os_map_thp(size_t size, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
+	/* only ever on our own mapping: never on memory libc may reuse.  The
+	 * guard gets the same advice so that, opened again to grow, it merges
+	 * back into the block's VMA (mremap needs one VMA). */
+	madvise(p, len + GUARD, MADV_HUGEPAGE);
 	mprotect(p + len, GUARD, PROT_NONE);
-	/* only ever on our own mapping: never on memory libc may reuse */
-	madvise(p, len, MADV_HUGEPAGE);
 	*out = (struct hp_map){.addr = p, .len = len, .pagesize = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
 	hp_log(2, "thp map %p %zu", (void *)p, len);
 	return 0;
@@ -215,18 +220,10 @@ int os_unmap(const struct hp_map *m)
 	return munmap(m->addr, span);
 }
 
-/* Put a guard page at end if the address is free; losing it is harmless. */
-static void place_guard(char *end)
-{
-	void *g = map_anon(end, GUARD, PROT_NONE, MAP_FIXED_NOREPLACE);
-	if (g && g != end)
-		munmap(g, GUARD); /* old kernels treat the flag as a hint */
-}
-
 static int shrink_thp(struct hp_map *m, size_t new_len)
 {
 	char *p = m->addr;
-	/* the first dropped page becomes the guard, the rest goes */
+	/* the first dropped page becomes the guard, the rest (and the old guard) goes */
 	if (mprotect(p + new_len, GUARD, PROT_NONE) < 0)
 		return -1;
 	munmap(p + new_len + GUARD, m->len - new_len);
@@ -234,44 +231,54 @@ static int shrink_thp(struct hp_map *m, size_t new_len)
 	return 0;
 }
 
-/* Move to a fresh 2 MiB aligned place: page tables move, data is not
- * copied, and PMD-aligned huge pages stay huge. */
-static int move_thp(struct hp_map *m, size_t new_len)
+/* Growing never leaves the guard's address unmapped, even for a moment:
+ * another thread could map something there that os_unmap would later
+ * take down.  The guard is opened (it joins the block's VMA), the whole
+ * span grows in place or moves to a fresh 2 MiB aligned reservation (page
+ * tables move, data is not copied, PMD-aligned huge pages stay huge), and
+ * the new last page is closed again. */
+static int grow_thp(struct hp_map *m, size_t new_len)
 {
-	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
-	if (!target)
+	char *p = m->addr, *moved;
+
+	madvise(p + m->len, GUARD, MADV_HUGEPAGE);
+	if (mprotect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
-	void *moved = mremap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+	moved = mremap(p, m->len + GUARD, new_len + GUARD, 0);
 	if (moved == MAP_FAILED) {
-		munmap(target, new_len + GUARD);
-		return -1;
+		char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
+		moved = target ? mremap(p, m->len + GUARD, new_len + GUARD, MREMAP_MAYMOVE | MREMAP_FIXED, target)
+			       : MAP_FAILED;
+		if (moved == MAP_FAILED) {
+			if (target)
+				munmap(target, new_len + GUARD);
+			mprotect(p + m->len, GUARD, PROT_NONE);
+			return -1;
+		}
 	}
+	mprotect(moved + new_len, GUARD, PROT_NONE);
 	m->addr = moved;
+	m->len = new_len;
+	madvise(moved, new_len, MADV_HUGEPAGE);
 	return 0;
 }
 
 int os_remap_thp(struct hp_map *m, size_t new_size)
 {
 	size_t new_len = hp_align_up(new_size, HP_BASE_PAGE);
-	char *p = m->addr;
 
-	if (new_len < new_size || m->backend != HP_BACKEND_THP) {
-		errno = m->backend != HP_BACKEND_THP ? EINVAL : ENOMEM;
+	if (m->backend != HP_BACKEND_THP) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (new_len < new_size || new_len > SIZE_MAX / 2) {
+		errno = ENOMEM;
 		return -1;
 	}
 	if (new_len == m->len)
 		return 0;
-	if (new_len < m->len)
-		return shrink_thp(m, new_len);
-	munmap(p + m->len, GUARD); /* let the mapping grow into it */
-	if (mremap(p, m->len, new_len, 0) != MAP_FAILED) {
-		place_guard(p + new_len);
-	} else if (move_thp(m, new_len) < 0) {
-		place_guard(p + m->len);
+	int rc = new_len < m->len ? shrink_thp(m, new_len) : grow_thp(m, new_len);
+	if (rc < 0)
 		errno = ENOMEM;
-		return -1;
-	}
-	m->len = new_len;
-	madvise(m->addr, new_len, MADV_HUGEPAGE);
-	return 0;
+	return rc;
 }
