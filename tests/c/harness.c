@@ -131,6 +131,23 @@ static void install_signal_handlers(void)
 		sigaction(sigs[i], &sa, NULL);
 }
 
+/* Crash handling as it was before cmocka: the default action, or the
+ * sanitizer's reporter under ASan. */
+static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE };
+static struct sigaction crash_actions[ARRAY_SIZE(crash_signals)];
+
+static void save_crash_actions(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(crash_signals); i++)
+		sigaction(crash_signals[i], NULL, &crash_actions[i]);
+}
+
+void harness_crash_kills_process(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(crash_signals); i++)
+		sigaction(crash_signals[i], &crash_actions[i], NULL);
+}
+
 void harness_set_watchdog(unsigned seconds)
 {
 	alarm(seconds);
@@ -152,6 +169,7 @@ void harness_init(int argc, char **argv)
 	}
 	setenv("HPALLOC_CONTROL_DIR", control_dir, 1);
 	install_signal_handlers();
+	save_crash_actions();
 	atexit(at_exit_cleanup);
 	harness_set_watchdog(DEFAULT_WATCHDOG_S);
 }
@@ -219,6 +237,7 @@ void harness_child_dispatch(int argc, char **argv,
 {
 	if (argc < 3 || strcmp(argv[1], CHILD_FLAG) != 0)
 		return;
+	save_crash_actions();
 	alarm(60); /* a hung child fails rather than hangs the suite */
 	for (size_t i = 0; i < count; i++) {
 		if (strcmp(cases[i].name, argv[2]) == 0) {
@@ -336,11 +355,21 @@ void harness_reset(void)
 	hp_release_drain();
 }
 
+/* cmocka hands setup a pointer to the case's initial_state (our struct
+ * harness_case) and then gives the test whatever setup left there. */
 int harness_case_setup(void **state)
 {
-	(void)state;
 	harness_reset();
+	(void)state;
 	return 0;
+}
+
+void harness_trampoline(void **state)
+{
+	const struct harness_case *c = *state;
+
+	harness_crash_kills_process();
+	c->fn(state);
 }
 
 int harness_case_teardown(void **state)

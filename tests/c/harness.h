@@ -44,7 +44,21 @@ void harness_note_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Per-case setup/teardown: harness_reset() before and after each case. */
 int harness_case_setup(void **state);
 int harness_case_teardown(void **state);
-#define HTEST(fn) cmocka_unit_test_setup_teardown(fn, harness_case_setup, harness_case_teardown)
+/* cmocka turns a crash into a longjmp back into the test.  For an
+ * allocator that is wrong: the crash may be in another thread (the process
+ * hangs), or inside the library with a lock held (the next case
+ * deadlocks).  So every case runs with the crash handling from before
+ * cmocka (default action, or the sanitizer's report): a crash kills the
+ * program, which counts as failed; tests/run-test restores the pools. */
+void harness_crash_kills_process(void);
+struct harness_case {
+	void (*fn)(void **state);
+};
+void harness_trampoline(void **state);
+#define HTEST(f)                                                              \
+	{ .name = #f, .test_func = harness_trampoline,                        \
+	  .setup_func = harness_case_setup, .teardown_func = harness_case_teardown, \
+	  .initial_state = &(struct harness_case){ f } }
 /* Seconds before the watchdog kills the process (default 90). */
 void harness_set_watchdog(unsigned seconds);
 uint64_t harness_now_ms(void);
