@@ -569,15 +569,21 @@ const char *control_dir(void)
 	return C.initialized && C.enabled ? C.dir : NULL;
 }
 
-/* In the child the janitor that may have held the lock is gone; our pid
- * changed, so the next poll looks at our own (absent) override directory
- * and drops the parent's per-process overrides. */
-void control_child_after_fork(void)
+/* Around fork the lock is held, so the janitor cannot be mid-poll; in the
+ * child our pid changed, so the next poll looks at our own (absent)
+ * override directory and drops the parent's per-process overrides. */
+void control_fork(int phase)
 {
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	memcpy(&C.lock, &fresh, sizeof(fresh));
-	publish_child_after_fork();
+	if (phase == FORK_PREPARE) {
+		pthread_mutex_lock(&C.lock);
+		publish_fork(phase);
+	} else if (phase == FORK_PARENT) {
+		publish_fork(phase);
+		pthread_mutex_unlock(&C.lock);
+	} else {
+		publish_fork(phase);
+		pthread_mutex_init(&C.lock, NULL);
+	}
 }
 
 void hp_control_reload(void)

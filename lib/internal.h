@@ -147,6 +147,14 @@ static inline void stat_sub(int s, uint64_t n)
 HP_HIDDEN void stats_live_add(int backend, size_t bytes);
 HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
 
+/* ---- fork: every module with a lock takes it before fork, in the order
+ * the code nests them (init > control > publish > knobs > heap > release >
+ * stats), and the child starts with fresh locks. */
+enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
+HP_HIDDEN void knobs_fork(int phase);
+HP_HIDDEN void stats_fork(int phase);
+HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */
+
 /* ---- lifecycle.c -------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic int hp_initialized;
 HP_HIDDEN void hp_init_slow(void);
@@ -160,7 +168,6 @@ HP_HIDDEN uint64_t hp_now_ms(void);
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */
 HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
-HP_HIDDEN void control_child_after_fork(void);
 HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
 HP_HIDDEN void publish_exit(void);
 
@@ -188,7 +195,7 @@ HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
 				   const char *data, size_t len, mode_t mode,
 				   bool durable);
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
-HP_HIDDEN void publish_child_after_fork(void);
+HP_HIDDEN void publish_fork(int phase);
 HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
 /* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
 HP_HIDDEN int publish_start_time(pid_t pid, unsigned long long *out);

@@ -390,6 +390,16 @@ void knobs_note_reject(int knob, const char *why)
 	hp_log(1, "%s", why);
 }
 
+void knobs_fork(int phase)
+{
+	if (phase == FORK_PREPARE)
+		pthread_mutex_lock(&knob_lock);
+	else if (phase == FORK_PARENT)
+		pthread_mutex_unlock(&knob_lock);
+	else
+		pthread_mutex_init(&knob_lock, NULL);
+}
+
 const char *knob_name(int knob)
 {
 	return knob >= 0 && knob < KNOB_COUNT ? knobs[knob].name : NULL;

@@ -28,14 +28,20 @@ uint64_t hp_now_ms(void)
 static void prepare_fork(void)
 {
 	pthread_mutex_lock(&init_lock);
+	control_fork(FORK_PREPARE);
+	knobs_fork(FORK_PREPARE);
 	pthread_mutex_lock(&hp_heap_lock);
 	release_prepare_fork();
+	stats_fork(FORK_PREPARE);
 }
 
 static void parent_after_fork(void)
 {
+	stats_fork(FORK_PARENT);
 	release_parent_after_fork();
 	pthread_mutex_unlock(&hp_heap_lock);
+	knobs_fork(FORK_PARENT);
+	control_fork(FORK_PARENT);
 	pthread_mutex_unlock(&init_lock);
 }
 
@@ -49,12 +55,14 @@ static void drop_inherited_hugetlb(void)
 
 static void child_after_fork(void)
 {
+	stats_fork(FORK_CHILD);
 	release_child_after_fork();
 	drop_inherited_hugetlb();
-	pthread_mutex_unlock(&hp_heap_lock);
+	pthread_mutex_init(&hp_heap_lock, NULL);
+	knobs_fork(FORK_CHILD);
+	control_fork(FORK_CHILD); /* also forgets the parent's per-process entry */
 	/* the lock may have been taken by a thread that does not exist here */
 	pthread_mutex_init(&init_lock, NULL);
-	control_child_after_fork();
 	/* the next hp_* call starts a janitor of our own */
 	atomic_store_explicit(&hp_initialized, 0, memory_order_release);
 }

@@ -312,11 +312,15 @@ void publish_disable(void)
 }
 
 /* The parent's directory stays the parent's; the child claims its own. */
-void publish_child_after_fork(void)
+void publish_fork(int phase)
 {
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	memcpy(&P.lock, &fresh, sizeof(fresh));
-	P.pid = 0;
-	P.last_len = 0;
+	if (phase == FORK_PREPARE) {
+		pthread_mutex_lock(&P.lock);
+	} else if (phase == FORK_PARENT) {
+		pthread_mutex_unlock(&P.lock);
+	} else {
+		pthread_mutex_init(&P.lock, NULL);
+		P.pid = 0;
+		P.last_len = 0;
+	}
 }

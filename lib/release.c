@@ -13,6 +13,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>

@@ -119,6 +119,16 @@ void stats_live_sub(int backend, size_t bytes)
 	stat_sub(live_bytes_stat[backend] + 1, 1);
 }
 
+void stats_fork(int phase)
+{
+	if (phase == FORK_PREPARE)
+		pthread_mutex_lock(&slots_lock);
+	else if (phase == FORK_PARENT)
+		pthread_mutex_unlock(&slots_lock);
+	else
+		pthread_mutex_init(&slots_lock, NULL);
+}
+
 int hp_stats_get(struct hp_stats *out)
 {
 	if (!out) {
