@@ -1,0 +1,687 @@
+"""NumPy benchmark: hpalloc against NumPy's default and the allocators a user
+would pick instead (issue 6), side by side in one run.
+
+    numpy_bench.py [--quick] [--out DIR] [--pythonpath DIR] [--libdir DIR]
+                   [--contenders a,b] [--workloads x,y] [--rounds N]
+
+Each workload runs in its own process per contender (numpy_workloads.py),
+contenders interleaved (A B C ... then reversed, round after round) so drift
+of this shared machine hits everyone alike.  Writes DIR/results.json (every
+sample), DIR/results.md (table + machine) and DIR/results.png (chart).
+
+As root it prepares the machine for the run and puts it back afterwards,
+also on Ctrl-C or SIGTERM: hugetlb pools for the hugetlb contenders (pages
+added to what is there and exactly those taken back), a private hugetlbfs
+mount for libhugetlbfs, and free page reporting of the VM balloon held off
+(otherwise memory freed a few seconds ago is cold again and every first touch
+costs 2-3 s/GiB instead of 0.3; see docs/benchmarks.md).
+"""
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "numpy_workloads.py")
+PYTHON = sys.executable
+MiB = 1 << 20
+GiB = 1 << 30
+LIBDIR_SYS = "/usr/lib/x86_64-linux-gnu"
+HUGEPAGES = "/sys/kernel/mm/hugepages"
+PAGE_REPORTING = "/sys/module/page_reporting/parameters/page_reporting_order"
+
+
+def say(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+# ---- contenders ------------------------------------------------------------------
+
+class Contender:
+    """name, environment, and what it needs (a preloaded library, pools)."""
+
+    def __init__(self, name, label, env=None, preload=None, package=None,
+                 hpalloc=False, pools=None):
+        self.name, self.label = name, label
+        self.env = dict(env or {})
+        self.preload, self.package = preload, package
+        self.hpalloc = hpalloc
+        self.pools = pools or {}  # pagesize -> pages it needs
+        self.skip_reason = None
+
+    def environment(self, base):
+        env = dict(base)
+        env.update(self.env)
+        if self.preload:
+            env["LD_PRELOAD"] = self.preload
+        if self.hpalloc:
+            env["HPALLOC_NUMPY"] = "1"
+        return env
+
+
+def hp(name, label, **knobs):
+    env = {"HPALLOC_" + k.upper(): v for k, v in knobs.items()}
+    return Contender(name, label, env=env, hpalloc=True)
+
+
+def all_contenders():
+    lib = lambda so: os.path.join(LIBDIR_SYS, so)  # noqa: E731
+    return [
+        Contender("numpy", "NumPy default"),
+        Contender("numpy-nomadv", "NumPy, NUMPY_MADVISE_HUGEPAGE=0",
+                  env={"NUMPY_MADVISE_HUGEPAGE": "0"}),
+        Contender("tcmalloc", "tcmalloc", preload=lib("libtcmalloc_minimal.so.4"),
+                  package="libtcmalloc-minimal4"),
+        Contender("jemalloc", "jemalloc", preload=lib("libjemalloc.so.2"),
+                  package="libjemalloc2"),
+        Contender("mimalloc", "mimalloc, large OS pages", preload=lib("libmimalloc.so.2"),
+                  package="libmimalloc2.0", env={"MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}),
+        Contender("libhugetlbfs", "libhugetlbfs, HUGETLB_MORECORE=yes",
+                  preload=lib("libhugetlbfs.so"), package="libhugetlbfs0",
+                  env={"HUGETLB_MORECORE": "yes"}),
+        hp("hp-thp", "hpalloc mode=thp", mode="thp"),
+        hp("hp-2M", "hpalloc mode=hugetlb pagesize=2M", mode="hugetlb", pagesize="2M"),
+        hp("hp-1G", "hpalloc mode=hugetlb pagesize=1G", mode="hugetlb", pagesize="1G"),
+        hp("hp-auto", "hpalloc mode=auto", mode="auto"),
+    ]
+
+
+# The allocation-path cost of the knob check (issue 4): the same hpalloc
+# mode with a live control directory and with none.
+def control_contenders(control_dir):
+    return [
+        hp("hp-thp-ctl", "hpalloc mode=thp, live control directory", mode="thp",
+           control_dir=control_dir),
+        hp("hp-thp-noctl", "hpalloc mode=thp, no control directory", mode="thp",
+           control_dir="/nonexistent/hpalloc-bench"),
+    ]
+
+
+# ---- workloads -------------------------------------------------------------------
+
+# name -> (title, primary metric, unit, lower is better, contenders it runs for)
+WORKLOADS = [
+    ("temp256M", "temporaries `d = a + b`, 256 MiB, ÷ in-place", "ratio", "×"),
+    ("temp8M", "temporaries, 8 MiB, ÷ in-place", "ratio", "×"),
+    ("temp1M", "temporaries, 1 MiB, ÷ in-place", "ratio", "×"),
+    ("small", "small `x + y`, 128 elements", "ns_per_op", "ns"),
+    ("zeros1G", "`np.zeros(1 GiB); a += 1`", "s", "s"),
+    ("gather", "20 M random `take` from 4 GiB", "s", "s"),
+    ("threads", "2 threads × 40 × (`np.ones(64 MiB)`, `*= 2`, free)", "s", "s"),
+    ("resize1G", "`ndarray.resize` doubling to 1 GiB", "s", "s"),
+    ("allocpath", "allocation path: `np.empty(64 MiB)` + free", "large_ns", "ns"),
+]
+CONTROL_ONLY = {"allocpath"}
+
+
+# ---- machine state: pools, hugetlbfs, page reporting ---------------------------------
+
+def read_int(path):
+    with open(path) as f:
+        return int(f.read().split()[0])
+
+
+def write_int(path, value):
+    with open(path, "w") as f:
+        f.write("%d\n" % value)
+
+
+class Machine:
+    """Everything the run changes, undone by restore() whatever happened."""
+
+    def __init__(self):
+        self.pools_added = {}   # pagesize -> pages we added
+        self.mount = None
+        self.reporting_old = None
+        self.notes = []
+
+    def hold_page_reporting(self):
+        if not os.path.exists(PAGE_REPORTING) or os.environ.get("BENCH_KEEP_PAGE_REPORTING"):
+            return
+        try:
+            self.reporting_old = read_int(PAGE_REPORTING)
+            write_int(PAGE_REPORTING, 11)  # above MAX_PAGE_ORDER: nothing reported
+            self.notes.append("free page reporting held off for the run "
+                              "(page_reporting_order %d -> 11, restored after)" % self.reporting_old)
+        except OSError as exc:
+            self.reporting_old = None
+            self.notes.append("free page reporting left on (%s)" % exc)
+
+    def reserve(self, pagesize, pages):
+        """Add pages to a pool; returns how many the kernel gave."""
+        path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
+        if not os.path.exists(path):
+            return 0
+        before = read_int(path)
+        try:
+            write_int(path, before + pages)
+        except OSError:
+            pass
+        got = max(read_int(path) - before, 0)
+        self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
+        return got
+
+    def mount_hugetlbfs(self):
+        self.mount = tempfile.mkdtemp(prefix="hpalloc-bench-hugetlbfs.")
+        if subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "none",
+                           self.mount]).returncode != 0:
+            os.rmdir(self.mount)
+            self.mount = None
+        return self.mount
+
+    def restore(self):
+        if self.mount:
+            subprocess.run(["umount", self.mount])
+            try:
+                os.rmdir(self.mount)
+            except OSError as exc:
+                say("could not remove %s: %s" % (self.mount, exc))
+            self.mount = None
+        for pagesize, added in self.pools_added.items():
+            path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
+            write_int(path, max(read_int(path) - added, 0))
+        self.pools_added = {}
+        if self.reporting_old is not None:
+            write_int(PAGE_REPORTING, self.reporting_old)
+            self.reporting_old = None
+
+
+def raise_interrupt(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
+# ---- machine description ----------------------------------------------------------------
+
+def first_line_with(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def machine_description():
+    def cat(path):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return "?"
+    numpy_version = subprocess.run(
+        ["/usr/bin/python3", "-c", "import numpy; print(numpy.__version__)"],
+        capture_output=True, text=True).stdout.strip() or "?"
+    mem_kib = int(first_line_with("/proc/meminfo", "MemTotal").split()[0])
+    return {
+        "cpu": first_line_with("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "memory": "%.1f GiB" % (mem_kib / (1 << 20)),
+        "kernel": platform.release(),
+        "thp": cat("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "thp_defrag": cat("/sys/kernel/mm/transparent_hugepage/defrag"),
+        "numpy": numpy_version,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": cat("/proc/loadavg"),
+    }
+
+
+# ---- running ----------------------------------------------------------------------------
+
+def base_environment(opts, empty_control_dir):
+    """The caller's environment without HPALLOC_* (the contenders set their
+    own knobs) and with the uninstalled package and library when given."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("HPALLOC_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
+    env["HPALLOC_CONTROL_DIR"] = empty_control_dir  # no machine-wide knobs
+    if opts.pythonpath:
+        env["PYTHONPATH"] = opts.pythonpath
+    if opts.libdir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [opts.libdir] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
+    return env
+
+
+def worker_args(opts, workload):
+    args = [PYTHON, WORKER, workload, "--reps", str(opts.reps), "--warmup", str(opts.warmup),
+            "--gather-bytes", str(opts.gather_bytes)]
+    return args
+
+
+def run_one(opts, contender, workload, base_env):
+    """One process: its JSON result, or {"error": why}."""
+    try:
+        proc = subprocess.run(worker_args(opts, workload), env=contender.environment(base_env),
+                              capture_output=True, text=True, timeout=opts.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after %d s" % opts.timeout}
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+        return {"error": "exit %d: %s" % (proc.returncode, tail[:200])}
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": "no result: %r" % proc.stdout[-200:]}
+
+
+def pretouch(nbytes):
+    """Touch nbytes of guest memory once (all live at the same time, so they
+    are distinct pages) before anything is measured."""
+    if nbytes <= 0:
+        return
+    code = ("import numpy as np\n"
+            "chunks = [np.ones(%d) for _ in range(%d)]\n" % (GiB // 8, nbytes // GiB))
+    t0 = time.monotonic()
+    subprocess.run([PYTHON, "-c", code], env={k: v for k, v in os.environ.items()
+                                              if k != "LD_PRELOAD"})
+    say("pre-touched %d GiB of guest memory in %.1f s" % (nbytes // GiB, time.monotonic() - t0))
+
+
+def mem_available():
+    return int(first_line_with("/proc/meminfo", "MemAvailable").split()[0]) * 1024
+
+
+# ---- preparing -------------------------------------------------------------------------
+
+def check_peers(contenders):
+    for c in contenders:
+        if c.preload and not os.path.exists(c.preload):
+            c.skip_reason = ("%s not found: apt-get install %s" % (c.preload, c.package))
+
+
+def pool_plan(opts):
+    """Pages per pool for the hugetlb contenders: the gather array plus its
+    index, result and temporaries (2M); for 1G every array >= threshold takes
+    at least a whole page."""
+    return {2 * MiB: (opts.gather_bytes + 5 * GiB // 4) // (2 * MiB),
+            GiB: opts.gather_bytes // GiB + 4}
+
+
+def prepare(opts, machine, contenders):
+    hugetlb_users = [c for c in contenders
+                     if c.name in ("hp-2M", "hp-1G", "hp-auto", "libhugetlbfs") and not c.skip_reason]
+    if os.geteuid() != 0:
+        for c in hugetlb_users:
+            if c.name != "hp-auto":
+                c.skip_reason = "needs a hugetlb pool, which only root can reserve"
+        machine.notes.append("not root: no pools reserved, hp-auto runs as THP")
+        return
+    machine.hold_page_reporting()
+    spare = mem_available() - 3 * GiB
+    pretouch(max(0, min(spare, opts.pretouch_bytes)) // GiB * GiB)
+    if not hugetlb_users:
+        return
+    for pagesize, pages in pool_plan(opts).items():
+        got = machine.reserve(pagesize, pages)
+        machine.notes.append("hugetlb pool %s: %d of %d pages reserved for the run"
+                             % ("1G" if pagesize == GiB else "2M", got, pages))
+        if pagesize == GiB and got == 0:
+            for c in contenders:
+                if c.name == "hp-1G":
+                    c.skip_reason = "the kernel gave no 1 GiB pages"
+    if any(c.name == "libhugetlbfs" for c in hugetlb_users):
+        mount = machine.mount_hugetlbfs()
+        for c in contenders:
+            if c.name == "libhugetlbfs":
+                if mount:
+                    c.env["HUGETLB_PATH"] = mount
+                else:
+                    c.skip_reason = "could not mount hugetlbfs"
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+def run_all(opts, contenders, workloads, base_env):
+    """results[workload][contender] = list of per-process results."""
+    results = {w: {c.name: [] for c in contenders} for w, *_ in workloads}
+    total = opts.rounds * sum(len(runs_for(w, contenders)) for w, *_ in workloads)
+    done, t0 = 0, time.monotonic()
+    for rnd in range(opts.rounds):
+        for w, *_ in workloads:
+            order = runs_for(w, contenders)
+            if rnd % 2:
+                order.reverse()
+            for c in order:
+                r = run_one(opts, c, w, base_env)
+                results[w][c.name].append(r)
+                done += 1
+                say("[%d/%d %4.0fs] round %d %-9s %-13s %s"
+                    % (done, total, time.monotonic() - t0, rnd + 1, w, c.name, brief(r, w)))
+    return results
+
+
+def runs_for(workload, contenders):
+    ctl = workload in CONTROL_ONLY
+    return [c for c in contenders
+            if not c.skip_reason and (c.name.endswith("ctl") == ctl)]
+
+
+def brief(result, workload):
+    if "error" in result:
+        return "ERROR " + result["error"]
+    metric = next(m for w, _, m, _ in WORKLOADS if w == workload)
+    return "%s=%.4g" % (metric, statistics.median(result["metrics"][metric]))
+
+
+# ---- summarising ----------------------------------------------------------------------------
+
+def summarize(results):
+    """summary[workload][contender] = {median, min, max, faults, peak, info, errors}
+    over the per-process medians (one value per process)."""
+    summary = {}
+    for w, _, metric, _ in WORKLOADS:
+        if w not in results:
+            continue
+        summary[w] = {}
+        for name, runs in results[w].items():
+            ok = [r for r in runs if "error" not in r]
+            errors = [r["error"] for r in runs if "error" in r]
+            if not ok:
+                if errors:
+                    summary[w][name] = {"errors": errors}
+                continue
+            values = [statistics.median(r["metrics"][metric]) for r in ok]
+            s = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                 "n": len(values), "peak": statistics.median(r["peak_bytes"] for r in ok),
+                 "info": ok[-1]["info"], "errors": errors, "extra": {}}
+            for m in ok[0]["metrics"]:
+                if m != metric:
+                    s["extra"][m] = statistics.median(statistics.median(r["metrics"][m]) for r in ok)
+            s["faults"] = s["extra"].get("faults")
+            summary[w][name] = s
+    return summary
+
+
+def fmt_value(v, unit):
+    if v is None:
+        return "–"
+    if unit == "×":
+        return "%.3f" % v
+    if unit == "ns":
+        return "%.0f" % v
+    return "%.3f" % v
+
+
+def fmt_bytes(n):
+    return "%.0f MiB" % (n / MiB) if n is not None else "–"
+
+
+def fmt_count(n):
+    return "{:,}".format(int(round(n))) if n is not None else "–"
+
+
+def notes_for(name, s):
+    info, notes = s.get("info", {}), []
+    stats = info.get("stats") or {}
+    if info.get("probe_backend"):
+        notes.append("64 MiB array on %s" % info["probe_backend"])
+    if stats.get("fallbacks"):
+        notes.append("%s hugetlb fallbacks" % fmt_count(stats["fallbacks"]))
+    if stats.get("cache_hits"):
+        notes.append("cache hits %s" % fmt_count(stats["cache_hits"]))
+    if name == "libhugetlbfs":
+        notes.append("hugetlb used: %s" % fmt_bytes(info.get("hugetlb_peak_bytes", 0)))
+    if s.get("errors"):
+        notes.append("%d failed runs: %s" % (len(s["errors"]), s["errors"][0]))
+    return "; ".join(notes)
+
+
+def workload_table(w, title, unit, summary, contenders):
+    rows = summary.get(w, {})
+    base = rows.get("numpy", {}).get("median")
+    extra_cols = []
+    if w.startswith("temp"):
+        extra_cols = [("us_per_op", "µs per `a + b`")]
+    if w == "zeros1G":
+        extra_cols = [("cold_s", "first call s"), ("cold_faults", "first call faults")]
+    if w == "allocpath":
+        extra_cols = [("small_ns", "`np.empty(16)` ns")]
+    head = ["contender", "median (%s)" % unit, "min–max", "÷ NumPy default",
+            "minor faults", "peak RSS+hugetlb"] + [t for _, t in extra_cols] + ["notes"]
+    out = ["### %s" % title, "", "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+    for c in contenders:
+        s = rows.get(c.name)
+        if c.skip_reason:
+            if w not in CONTROL_ONLY and not c.name.endswith("ctl"):
+                out.append("| %s | skipped: %s |" % (c.label, c.skip_reason) + " |" * (len(head) - 2))
+            continue
+        if s is None:
+            continue
+        if "median" not in s:
+            out.append("| %s | failed: %s |" % (c.label, s["errors"][0]) + " |" * (len(head) - 2))
+            continue
+        ratio = "%.2f" % (s["median"] / base) if base else "–"
+        cells = [c.label, fmt_value(s["median"], unit),
+                 "%s–%s" % (fmt_value(s["min"], unit), fmt_value(s["max"], unit)), ratio,
+                 fmt_count(s["faults"]), fmt_bytes(s["peak"])]
+        for key, _ in extra_cols:
+            v = s["extra"].get(key)
+            cells.append(fmt_count(v) if "faults" in key else fmt_value(v, "s" if key != "small_ns" else "ns"))
+        cells.append(notes_for(c.name, s))
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+# ---- targets (issue 6), for hpalloc's best mode ---------------------------------------------------
+
+HP_MODES = ("hp-thp", "hp-2M", "hp-1G", "hp-auto")
+PEERS = ("numpy", "numpy-nomadv", "tcmalloc", "jemalloc", "mimalloc", "libhugetlbfs")
+
+
+def best(summary, w, names, key="median"):
+    cands = [(summary[w][n][key], n) for n in names
+             if n in summary.get(w, {}) and summary[w][n].get(key) is not None]
+    return min(cands) if cands else (None, None)
+
+
+def target_rows(summary, cache_max):
+    rows = []
+
+    def add(what, w, limit_text, check, key="median"):
+        value, mode = best(summary, w, HP_MODES, key)
+        if value is None:
+            rows.append((what, limit_text, "–", "–", "not measured"))
+            return
+        met = check(value)
+        rows.append((what, limit_text, fmt_value(value, "×" if w.startswith("temp") else
+                                                 "ns" if w == "small" else "s")
+                     if key == "median" else fmt_count(value), mode, "met" if met else "MISSED"))
+
+    def get(w, n, key="median"):
+        return summary.get(w, {}).get(n, {}).get(key)
+
+    add("temporaries 256 MiB ÷ in-place", "temp256M", "≤ 1.03", lambda v: v <= 1.03)
+    add("temporaries 8 MiB ÷ in-place", "temp8M", "≤ 1.02", lambda v: v <= 1.02)
+    add("temporaries 1 MiB ÷ in-place", "temp1M", "≤ 1.02", lambda v: v <= 1.02)
+    np_small = get("small", "numpy")
+    if np_small:
+        add("small `x + y` ns", "small", "≤ NumPy default (%.0f ns, +2%% noise)" % np_small,
+            lambda v: v <= np_small * 1.02)
+    add("zeros 1 GiB s", "zeros1G", "≤ 0.12 s", lambda v: v <= 0.12)
+    add("zeros 1 GiB faults", "zeros1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
+    peer, peer_name = best(summary, "gather", PEERS)
+    if peer is not None:
+        add("gather 4 GiB s", "gather", "≤ best peer (%s %.3f s)" % (peer_name, peer),
+            lambda v: v <= peer)
+    add("threads s", "threads", "≤ 0.30 s", lambda v: v <= 0.30)
+    add("resize to 1 GiB s", "resize1G", "≤ 0.30 s", lambda v: v <= 0.30)
+    add("resize to 1 GiB faults", "resize1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
+    for w, *_ in WORKLOADS:
+        base = get(w, "numpy", "peak")
+        if base is None or w in CONTROL_ONLY:
+            continue
+        add("peak RSS+hugetlb, %s" % w, w, "≤ NumPy's %s + cache_max" % fmt_bytes(base),
+            lambda v, base=base: v <= base + cache_max, key="peak")
+    for i, r in enumerate(rows):  # peak rows show bytes, not a count
+        if r[0].startswith("peak"):
+            w = r[0].split(", ")[1]
+            v, _ = best(summary, w, HP_MODES, "peak")
+            rows[i] = (r[0], r[1], fmt_bytes(v), r[3], r[4])
+    return rows
+
+
+# ---- writing the report ------------------------------------------------------------------------
+
+def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_max, elapsed):
+    L = ["# hpalloc NumPy benchmark%s" % (" (quick mode: not representative)" if opts.quick else ""),
+         "",
+         "Written by `make bench` (bench/numpy_bench.py); method in docs/benchmarks.md.",
+         "",
+         "**Machine:** %(cpu)s, %(cores)s cores, %(memory)s, kernel %(kernel)s, "
+         "THP `%(thp)s` (defrag `%(thp_defrag)s`), NumPy %(numpy)s, Python %(python)s; "
+         "%(date)s, load at start %(load)s." % machine_info,
+         "",
+         "**Run:** %d rounds × each workload in its own process per contender, contenders "
+         "interleaved (order reversed every other round); per process %d warm-up and %d+ "
+         "measured repetitions; median and min–max over the processes' medians; gather on "
+         "%d GiB; %.0f s in all." % (opts.rounds, opts.warmup, opts.reps,
+                                      opts.gather_bytes // GiB, elapsed),
+         ""]
+    L += ["- " + n for n in notes] + [""]
+    L += ["## Targets (issue 6), hpalloc's best mode", "",
+          "| target | limit | hpalloc best | mode | |", "|---|---|---|---|---|"]
+    L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)]
+    L += ["", "## Workloads", ""]
+    for w, title, _, unit in WORKLOADS:
+        if w in summary:
+            L += workload_table(w, title, unit, summary, contenders)
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def write_chart(path, summary, contenders):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        say("no chart: matplotlib missing (apt-get install python3-matplotlib)")
+        return False
+    shown = [(w, t, u) for w, t, _, u in WORKLOADS if w in summary and w not in CONTROL_ONLY]
+    cols = 3
+    rows = (len(shown) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(16, 3.6 * rows))
+    for ax, (w, title, unit) in zip(axes.flat, shown):
+        names = [c for c in contenders if c.name in summary[w] and "median" in summary[w][c.name]]
+        med = [summary[w][c.name]["median"] for c in names]
+        lo = [m - summary[w][c.name]["min"] for m, c in zip(med, names)]
+        hi = [summary[w][c.name]["max"] - m for m, c in zip(med, names)]
+        colors = ["tab:orange" if c.hpalloc else "tab:gray" if c.name.startswith("numpy")
+                  else "tab:blue" for c in names]
+        y = range(len(names))
+        ax.barh(list(y), med, xerr=[lo, hi], color=colors, capsize=2)
+        ax.set_yticks(list(y))
+        ax.set_yticklabels([c.name for c in names], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(title.replace("`", ""), fontsize=9)
+        ax.set_xlabel(unit + " (lower is better)", fontsize=8)
+        if w.startswith("temp"):
+            ax.axvline(1.0, color="black", lw=0.8, ls=":")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    fig.suptitle("hpalloc (orange) vs NumPy default (gray) and peers (blue): "
+                 "median, whiskers min–max", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return True
+
+
+# ---- main -------------------------------------------------------------------------------------------
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run (< 3 min): 1 round, 1 GiB gather")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--pythonpath", help="directory holding the hpalloc package (build tree)")
+    p.add_argument("--libdir", help="directory holding libhpalloc.so.1 (build tree)")
+    p.add_argument("--contenders", help="comma-separated names (default: all)")
+    p.add_argument("--workloads", help="comma-separated names (default: all)")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--timeout", type=int, default=600)
+    opts = p.parse_args()
+    full = not opts.quick
+    opts.rounds = opts.rounds or (3 if full else 1)
+    opts.reps = 3 if full else 1
+    opts.warmup = 2 if full else 1
+    opts.gather_bytes = 4 * GiB if full else GiB
+    opts.pretouch_bytes = 14 * GiB if full else 6 * GiB
+    return opts
+
+
+def select(items, wanted, key):
+    if not wanted:
+        return items
+    names = wanted.split(",")
+    unknown = set(names) - {key(i) for i in items}
+    if unknown:
+        sys.exit("bench: unknown %s (known: %s)" % (", ".join(sorted(unknown)),
+                                                   ", ".join(key(i) for i in items)))
+    return [i for i in items if key(i) in names]
+
+
+def hpalloc_importable(base_env):
+    code = "import hpalloc.numpy"
+    return subprocess.run([PYTHON, "-c", code], env=base_env, capture_output=True).returncode == 0
+
+
+def main():
+    opts = parse_args()
+    workloads = select(WORKLOADS, opts.workloads, lambda w: w[0])
+    scratch = tempfile.mkdtemp(prefix="hpalloc-bench.")
+    empty_ctl, live_ctl = os.path.join(scratch, "ctl-empty"), os.path.join(scratch, "ctl-live")
+    os.mkdir(empty_ctl, 0o755)
+    os.mkdir(live_ctl, 0o755)
+    with open(os.path.join(live_ctl, "verbose"), "w") as f:
+        f.write("0\n")  # the default: behaviour unchanged, but a file to check
+    contenders = select(all_contenders() + control_contenders(live_ctl), opts.contenders,
+                        lambda c: c.name)
+    base_env = base_environment(opts, empty_ctl)
+    check_peers(contenders)
+    if not hpalloc_importable(base_env):
+        for c in contenders:
+            if c.hpalloc:
+                c.skip_reason = "`import hpalloc.numpy` fails (build it, or give --pythonpath/--libdir)"
+    for c in contenders:
+        if c.skip_reason:
+            say("skipping %s: %s" % (c.name, c.skip_reason))
+    machine = Machine()
+    info = machine_description()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, raise_interrupt)
+    t0 = time.monotonic()
+    try:
+        prepare(opts, machine, contenders)
+        for n in machine.notes:
+            say(n)
+        results = run_all(opts, contenders, workloads, base_env)
+    except KeyboardInterrupt:
+        say("interrupted: restoring the machine")
+        raise SystemExit(130)
+    finally:
+        machine.restore()
+        subprocess.run(["rm", "-rf", scratch])
+    elapsed = time.monotonic() - t0
+    summary = summarize(results)
+    os.makedirs(opts.out, exist_ok=True)
+    cache_max = GiB  # the knob's default, which every hpalloc contender runs with
+    with open(os.path.join(opts.out, "results.json"), "w") as f:
+        json.dump({"machine": info, "notes": machine.notes, "results": results}, f)
+    md = os.path.join(opts.out, "results.md")
+    write_markdown(md, opts, info, machine.notes, summary, contenders, cache_max, elapsed)
+    png = os.path.join(opts.out, "results.png")
+    write_chart(png, summary, contenders)
+    say("wrote %s and %s (%.0f s)" % (md, png, elapsed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""One workload of the NumPy benchmark, in this process, for one contender.
+
+    python3 numpy_workloads.py WORKLOAD [--reps N] [--warmup N] [--gather-bytes N]
+
+The contender is chosen by the environment the harness (numpy_bench.py)
+gives this process: LD_PRELOAD of a peer allocator, NUMPY_MADVISE_HUGEPAGE,
+or HPALLOC_NUMPY=1 plus HPALLOC_<KNOB> settings.  Prints one JSON object on
+stdout: {"metrics": {name: [sample, ...]}, "peak_bytes": N, "info": {...}}.
+
+Every workload warms up first (the allocator's caches, the guest memory it
+touches) and then takes several samples; the harness takes the medians.
+Faults are minor page faults of this process (getrusage) during the timed
+operation.  Peak memory is the larger of VmHWM and the RSS + hugetlb pages
+sampled where the workload holds the most memory: hugetlb pages are not
+counted in RSS, so VmHWM alone would flatter the hugetlb contenders.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import threading
+import time
+
+import numpy as np
+
+MiB = 1 << 20
+GiB = 1 << 30
+F64 = 8
+
+
+# ---- hpalloc, when this contender uses it ---------------------------------
+
+def activate_hpalloc():
+    """HPALLOC_NUMPY=1 selects hpalloc at start-up through the installed
+    .pth; from a build tree (PYTHONPATH) no .pth runs, so install here.
+    Either way the handler is checked: a contender that silently ran on
+    NumPy's default would make the whole table wrong."""
+    if os.environ.get("HPALLOC_NUMPY", "") != "1":
+        return None
+    import hpalloc
+    import hpalloc.numpy
+    if not hpalloc.numpy.installed():
+        hpalloc.numpy.install()
+    name = hpalloc.numpy.get_handler_name()
+    if name != "hpalloc":
+        sys.exit("numpy_workloads: HPALLOC_NUMPY=1 but the handler is %r" % name)
+    return hpalloc
+
+
+HPALLOC = activate_hpalloc()
+
+
+# ---- measuring --------------------------------------------------------------
+
+def minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def status_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Peak:
+    """Largest RSS + hugetlb seen at the sampling points."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.hugetlb = 0  # shows whether e.g. libhugetlbfs used the pool
+
+    def sample(self):
+        hugetlb = status_bytes("HugetlbPages")
+        self.hugetlb = max(self.hugetlb, hugetlb)
+        self.bytes = max(self.bytes, status_bytes("VmRSS") + hugetlb)
+
+    def result(self):
+        return max(self.bytes, status_bytes("VmHWM"))
+
+
+PEAK = Peak()
+
+
+def timed(fn):
+    """(seconds, minor faults) of one call of fn."""
+    f0 = minor_faults()
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    return t1 - t0, minor_faults() - f0
+
+
+def median(values):
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# ---- workloads ----------------------------------------------------------------
+# Each returns {metric: [samples]}.  `opts` has reps and warmup.
+
+def temporaries(nbytes, opts):
+    """`d = a + b` (allocates the result) over the in-place
+    `np.add(a, b, out=c)` (no allocation), alternating blocks of both in the
+    same process so drift hits both; one ratio per block."""
+    n = nbytes // F64
+    a, b, c = np.ones(n), np.ones(n), np.ones(n)
+    iters = max(5, min(2000, (256 * MiB) // nbytes * 5))
+
+    def with_temporary():
+        for _ in range(iters):
+            d = a + b  # noqa: F841 (the allocation is the point)
+        PEAK.sample()
+
+    def in_place():
+        for _ in range(iters):
+            np.add(a, b, out=c)
+
+    for _ in range(opts.warmup + 1):
+        with_temporary()
+        in_place()
+    ratios, temp_us, inplace_us, faults = [], [], [], []
+    for _ in range(opts.reps + 2):
+        t_inplace, _ = timed(in_place)
+        t_temp, f = timed(with_temporary)
+        ratios.append(t_temp / t_inplace)
+        temp_us.append(t_temp / iters * 1e6)
+        inplace_us.append(t_inplace / iters * 1e6)
+        faults.append(f / iters)
+    return {"ratio": ratios, "us_per_op": temp_us, "inplace_us_per_op": inplace_us,
+            "faults": faults}
+
+
+def small(opts):
+    """`x + y` on 128 float64: the ordinary (libc) path, ns per operation."""
+    x, y = np.ones(128), np.ones(128)
+    iters = 200_000
+
+    def loop():
+        for _ in range(iters):
+            x + y
+
+    for _ in range(opts.warmup):
+        loop()
+    samples = []
+    for _ in range(opts.reps + 2):
+        t, _ = timed(loop)
+        samples.append(t / iters * 1e9)
+    PEAK.sample()
+    return {"ns_per_op": samples}
+
+
+def zeros_touch(opts):
+    """`a = np.zeros(1 GiB); a += 1`: time and minor faults.  The first call
+    in the process is reported too (cold: no reuse cache can help)."""
+    def once():
+        a = np.zeros(GiB // F64)
+        a += 1
+        PEAK.sample()
+
+    cold_s, cold_faults = timed(once)
+    for _ in range(opts.warmup):
+        once()
+    secs, faults = [], []
+    for _ in range(opts.reps):
+        t, f = timed(once)
+        secs.append(t)
+        faults.append(f)
+    return {"s": secs, "faults": faults, "cold_s": [cold_s], "cold_faults": [cold_faults]}
+
+
+def gather(opts):
+    """20 M random `take` from a (by default 4 GiB) float64 array: TLB-bound."""
+    n = opts.gather_bytes // F64
+    big = np.arange(n, dtype=np.float64)
+    idx = np.random.default_rng(12345).integers(0, n, 20_000_000)
+    out = None
+
+    def once():
+        nonlocal out
+        out = big.take(idx)
+        PEAK.sample()
+
+    for _ in range(opts.warmup):
+        once()
+    secs = []
+    for _ in range(opts.reps):
+        secs.append(timed(once)[0])
+    expect = float(idx[-1])
+    if out[-1] != expect:  # the work really happened
+        sys.exit("gather: wrong result %r != %r" % (out[-1], expect))
+    return {"s": secs}
+
+
+def threads(opts):
+    """2 threads, each 40 x (np.ones(64 MiB), *= 2, free); wall time."""
+    def worker():
+        for _ in range(40):
+            a = np.ones(64 * MiB // F64)
+            a *= 2
+            del a
+
+    def once():
+        ts = [threading.Thread(target=worker) for _ in range(2)]
+        for t in ts:
+            t.start()
+        PEAK.sample()
+        for t in ts:
+            t.join()
+
+    for _ in range(opts.warmup):
+        once()
+    secs, faults = [], []
+    for _ in range(opts.reps):
+        t, f = timed(once)
+        secs.append(t)
+        faults.append(f)
+    return {"s": secs, "faults": faults}
+
+
+def resize(opts):
+    """ndarray.resize doubling from 1 MiB up to 1 GiB (NumPy reallocs and
+    zero-fills the new half each time): time and minor faults."""
+    def once():
+        a = np.ones(MiB // F64)
+        n = a.size
+        while n * F64 < GiB:
+            n *= 2
+            a.resize(n, refcheck=False)
+        PEAK.sample()
+        assert a[0] == 1.0 and a[-1] == 0.0
+
+    for _ in range(opts.warmup):
+        once()
+    secs, faults = [], []
+    for _ in range(opts.reps):
+        t, f = timed(once)
+        secs.append(t)
+        faults.append(f)
+    return {"s": secs, "faults": faults}
+
+
+def alloc_path(opts):
+    """The allocation path itself: `np.empty(64 MiB)` + free (a cache hit
+    for a caching allocator) and `np.empty(16)` + free, ns per pair.  Run
+    with and without a live control directory, it shows what the knob
+    check costs each allocation."""
+    def loop(count, nelem):
+        def run():
+            for _ in range(count):
+                np.empty(nelem)
+        return run
+
+    big, tiny = loop(20_000, 64 * MiB // F64), loop(200_000, 16)
+    for _ in range(opts.warmup):
+        big()
+        tiny()
+    big_ns, tiny_ns = [], []
+    for _ in range(opts.reps + 2):
+        big_ns.append(timed(big)[0] / 20_000 * 1e9)
+        tiny_ns.append(timed(tiny)[0] / 200_000 * 1e9)
+    PEAK.sample()
+    return {"large_ns": big_ns, "small_ns": tiny_ns}
+
+
+WORKLOADS = {
+    "temp256M": lambda o: temporaries(256 * MiB, o),
+    "temp8M": lambda o: temporaries(8 * MiB, o),
+    "temp1M": lambda o: temporaries(1 * MiB, o),
+    "small": small,
+    "zeros1G": zeros_touch,
+    "gather": gather,
+    "threads": threads,
+    "resize1G": resize,
+    "allocpath": alloc_path,
+}
+
+
+# ---- what ran -----------------------------------------------------------------
+
+def hpalloc_info():
+    if HPALLOC is None:
+        return {}
+    stats = HPALLOC.stats()
+    knobs = {k: v["value"] for k, v in HPALLOC.config().items()}
+    keep = ("thp_live_bytes", "hugetlb_live_bytes", "cache_hits", "cache_misses",
+            "fallbacks", "failures", "realloc_inplace", "realloc_copies")
+    return {"knobs": knobs, "stats": {k: stats.get(k) for k in keep}}
+
+
+def hpalloc_backing_probe():
+    """Where a fresh 64 MiB array lands (backend and kernel page size), so
+    the report can show that e.g. the hugetlb contender really got hugetlb."""
+    if HPALLOC is None:
+        return {}
+    a = np.ones(64 * MiB // F64)
+    b = HPALLOC.numpy.backing(a)
+    return {"probe_backend": b["backend"], "probe_huge_bytes": b["huge_bytes"],
+            "probe_kernel_page_size": b["kernel_page_size"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("workload", choices=sorted(WORKLOADS))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--gather-bytes", type=int, default=4 * GiB)
+    opts = p.parse_args()
+    metrics = WORKLOADS[opts.workload](opts)
+    peak = PEAK.result()  # before the probe below allocates anything
+    info = {"handler": np.core.multiarray.get_handler_name(), "numpy": np.__version__,
+            "hugetlb_peak_bytes": PEAK.hugetlb}
+    info.update(hpalloc_info())
+    info.update(hpalloc_backing_probe())
+    json.dump({"metrics": metrics, "peak_bytes": peak, "info": info}, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
