@@ -177,6 +177,11 @@ class Machine:
         return self.mount
 
     def restore(self):
+        # Quickest first: under tests/run-test a Ctrl-C gives us 0.2 s before
+        # SIGKILL (run-test then restores pools and mounts itself).
+        if self.reporting_old is not None:
+            write_int(PAGE_REPORTING, self.reporting_old)
+            self.reporting_old = None
         if self.mount:
             subprocess.run(["umount", self.mount])
             try:
@@ -188,9 +193,6 @@ class Machine:
             path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
             write_int(path, max(read_int(path) - added, 0))
         self.pools_added = {}
-        if self.reporting_old is not None:
-            write_int(PAGE_REPORTING, self.reporting_old)
-            self.reporting_old = None
 
 
 def raise_interrupt(signum, frame):
@@ -422,7 +424,9 @@ def fmt_count(n):
 def notes_for(name, s):
     info, notes = s.get("info", {}), []
     stats = info.get("stats") or {}
-    if info.get("probe_backend"):
+    if info.get("big_array"):
+        notes.append("gathered array on " + info["big_array"])
+    elif info.get("probe_backend"):
         notes.append("64 MiB array on %s" % info["probe_backend"])
     if stats.get("fallbacks"):
         notes.append("%s hugetlb fallbacks" % fmt_count(stats["fallbacks"]))
@@ -440,7 +444,8 @@ def workload_table(w, title, unit, summary, contenders):
     base = rows.get("numpy", {}).get("median")
     extra_cols = []
     if w.startswith("temp"):
-        extra_cols = [("us_per_op", "µs per `a + b`")]
+        extra_cols = [("ratio_same_footprint", "÷ in-place, same cache footprint"),
+                      ("us_per_op", "µs per `a + b`")]
     if w == "zeros1G":
         extra_cols = [("cold_s", "first call s"), ("cold_faults", "first call faults")]
     if w == "allocpath":
@@ -466,10 +471,44 @@ def workload_table(w, title, unit, summary, contenders):
                  fmt_count(s["faults"]), fmt_bytes(s["peak"])]
         for key, _ in extra_cols:
             v = s["extra"].get(key)
-            cells.append(fmt_count(v) if "faults" in key else fmt_value(v, "s" if key != "small_ns" else "ns"))
+            cells.append(fmt_count(v) if "faults" in key else
+                         fmt_value(v, {"small_ns": "ns", "ratio_same_footprint": "×"}.get(key, "s")))
         cells.append(notes_for(c.name, s))
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
+
+
+SUMMARY_COLS = [("temp256M", None, "temp. 256 MiB ÷ in-place"),
+                ("temp8M", None, "temp. 8 MiB"), ("temp1M", None, "temp. 1 MiB"),
+                ("small", None, "small ns"),
+                ("zeros1G", "faults", "zeros 1 GiB s (faults)"), ("gather", None, "gather s"),
+                ("threads", None, "threads s"), ("resize1G", "faults", "resize s (faults)")]
+
+
+def summary_table(summary, contenders):
+    """One row per contender, the median of every workload: the table the
+    README shows."""
+    cols = [c for c in SUMMARY_COLS if c[0] in summary]
+    units = {w: u for w, _, _, u in WORKLOADS}
+    out = ["| contender | " + " | ".join(t for _, _, t in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for c in contenders:
+        if c.name.endswith("ctl"):
+            continue
+        cells = [c.label]
+        for w, extra, _ in cols:
+            s = summary[w].get(c.name)
+            if c.skip_reason:
+                cells.append("skipped")
+            elif not s or "median" not in s:
+                cells.append("failed")
+            else:
+                cell = fmt_value(s["median"], units[w])
+                if extra:
+                    cell += " (%s)" % fmt_count(s["extra"].get(extra))
+                cells.append(cell)
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 # ---- targets (issue 6), for hpalloc's best mode ---------------------------------------------------
@@ -548,6 +587,9 @@ def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_m
                                       opts.gather_bytes // GiB, elapsed),
          ""]
     L += ["- " + n for n in notes] + [""]
+    L += ["## Summary (medians)", "", "<!-- summary start -->"]
+    L += summary_table(summary, contenders)
+    L += ["<!-- summary end -->", ""]
     L += ["## Targets (issue 6), hpalloc's best mode", "",
           "| target | limit | hpalloc best | mode | |", "|---|---|---|---|---|"]
     L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)]
@@ -597,6 +639,16 @@ def write_chart(path, summary, contenders):
 
 
 # ---- main -------------------------------------------------------------------------------------------
+
+def hpalloc_cache_max(summary):
+    """cache_max the hpalloc contenders ran with (they report their knobs)."""
+    for rows in summary.values():
+        for s in rows.values():
+            value = s.get("info", {}).get("cache_max_bytes")
+            if value is not None:
+                return value
+    return GiB
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -673,7 +725,7 @@ def main():
     elapsed = time.monotonic() - t0
     summary = summarize(results)
     os.makedirs(opts.out, exist_ok=True)
-    cache_max = GiB  # the knob's default, which every hpalloc contender runs with
+    cache_max = hpalloc_cache_max(summary)
     with open(os.path.join(opts.out, "results.json"), "w") as f:
         json.dump({"machine": info, "notes": machine.notes, "results": results}, f)
     md = os.path.join(opts.out, "results.md")
