@@ -4,79 +4,20 @@
  * Routing on free is by address, never by size or knobs: every huge block
  * starts on a 2 MiB (or 1 GiB) boundary, so a pointer that is not 2 MiB
  * aligned is small and goes straight to libc; an aligned one is looked up
- * in the registry.  Small blocks carry a one-word header (the pointer libc
- * gave us) so they can be 64-byte aligned on malloc's fast path. */
+ * in the registry.  Small blocks are small.c's. */
 #include "internal.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
 pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* ---- small path ----------------------------------------------------------- */
-
-static inline void *small_raw(const void *p)
-{
-	return ((void *const *)p)[-1];
-}
-
-static inline size_t small_usable(const void *p)
-{
-	void *raw = small_raw(p);
-	return malloc_usable_size(raw) - (size_t)((const char *)p - (char *)raw);
-}
 
 static void *fail_enomem(void)
 {
 	stat_add(HP_STAT_FAILURES, 1);
 	errno = ENOMEM;
 	return NULL;
-}
-
-static void *small_alloc(size_t size, bool zero)
-{
-	if (size > SIZE_MAX - HP_SMALL_ALIGN)
-		return fail_enomem();
-	char *raw = zero ? calloc(1, size + HP_SMALL_ALIGN) : malloc(size + HP_SMALL_ALIGN);
-	if (unlikely(!raw)) {
-		stat_add(HP_STAT_FAILURES, 1);
-		return NULL;
-	}
-	/* malloc gives 16-byte alignment: room for the header is always there */
-	char *p = (char *)(((uintptr_t)raw + HP_SMALL_ALIGN) & ~(uintptr_t)(HP_SMALL_ALIGN - 1));
-	((void **)p)[-1] = raw;
-	stats_live_add(HP_BACKEND_SMALL, small_usable(p));
-	return p;
-}
-
-static void small_free(void *p)
-{
-	stats_live_sub(HP_BACKEND_SMALL, small_usable(p));
-	free(small_raw(p));
-}
-
-static void *small_realloc(void *p, size_t size)
-{
-	void *raw = small_raw(p);
-	size_t offset = (size_t)((char *)p - (char *)raw), old = small_usable(p);
-
-	if (size > SIZE_MAX - HP_SMALL_ALIGN)
-		return fail_enomem();
-	stats_live_sub(HP_BACKEND_SMALL, old);
-	char *nraw = realloc(raw, size + HP_SMALL_ALIGN);
-	if (!nraw) {
-		stats_live_add(HP_BACKEND_SMALL, old);
-		stat_add(HP_STAT_FAILURES, 1);
-		return NULL;
-	}
-	char *np = (char *)(((uintptr_t)nraw + HP_SMALL_ALIGN) & ~(uintptr_t)(HP_SMALL_ALIGN - 1));
-	if ((size_t)(np - nraw) != offset) /* libc moved it to a different alignment */
-		memmove(np, nraw + offset, size < old ? size : old);
-	((void **)np)[-1] = nraw;
-	stats_live_add(HP_BACKEND_SMALL, small_usable(np));
-	return np;
 }
 
 /* ---- registry of live huge blocks (hp_heap_lock) ------------------------------ */
@@ -367,7 +308,7 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 	if (b)
 		return realloc_huge(b, size, ctx);
 	if (ctx || wants_huge(size))
-		return realloc_by_copy(ptr, small_usable(ptr), size, ctx);
+		return realloc_by_copy(ptr, small_size(ptr), size, ctx);
 	return small_realloc(ptr, size);
 }
 

@@ -3,6 +3,7 @@
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
  *   heap.c     hp_malloc & co: routing by size, registry of huge blocks, realloc
+ *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
  *   release.c  giving pages back: io_uring or synchronous; the janitor thread
@@ -113,6 +114,13 @@ struct hp_block {
 	int bucket;
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
+
+/* ---- small.c: blocks below threshold -------------------------------------- */
+HP_HIDDEN void *small_alloc(size_t size, bool zero);
+HP_HIDDEN void small_free(void *p);
+HP_HIDDEN void *small_realloc(void *p, size_t size);
+HP_HIDDEN size_t small_size(const void *p);   /* as requested */
+HP_HIDDEN size_t small_usable(const void *p);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
 HP_HIDDEN struct hp_block *cache_take(int backend, size_t pagesize, size_t size);
