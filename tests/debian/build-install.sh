@@ -20,7 +20,7 @@
 # test suite); CI_JOBS = parallel jobs (default 2); HPALLOC_DEB_FROM=REV
 # builds git commit REV (e.g. HEAD) instead of the working tree as it is;
 # HPALLOC_DEB_KEEP=1 keeps the scratch directory (build log, packages).
-# Needs: dpkg-dev debhelper dh-python lintian fakeroot build-essential and
+# Needs: dpkg-dev debhelper dh-python lintian build-essential and
 # the build dependencies of debian/control.
 set -euo pipefail
 
@@ -41,10 +41,10 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 77
 fi
 missing=
-for tool in dpkg-buildpackage dpkg-parsechangelog dh dh_python3 lintian fakeroot apt-get flock; do
+for tool in dpkg-buildpackage dpkg-parsechangelog dh dh_python3 lintian apt-get flock; do
 	command -v "$tool" >/dev/null || missing="$missing $tool"
 done
-[ -z "$missing" ] || die "missing tools:$missing (Debian: dpkg-dev debhelper dh-python lintian fakeroot apt)"
+[ -z "$missing" ] || die "missing tools:$missing (Debian: dpkg-dev debhelper dh-python lintian)"
 
 cd "$top"
 mapfile -t packages < <(sed -n 's/^Package: *//p' debian/control)
