@@ -188,6 +188,8 @@ static void test_random_ops(void **state)
 	harness_knob("cache_max", "64M");
 	harness_knob("cache_decay_ms", "30");
 
+	uint64_t huge_requests = harness_stat(HP_STAT_CACHE_HITS) + harness_stat(HP_STAT_CACHE_MISSES);
+	uint64_t released = harness_stat(HP_STAT_RELEASED_BYTES);
 	atomic_store(&stop_all, 0);
 	memset(workers, 0, sizeof(workers));
 	for (unsigned i = 0; i < THREADS; i++) {
@@ -201,6 +203,15 @@ static void test_random_ops(void **state)
 		if (workers[i].error[0])
 			fail_msg("%s", workers[i].error);
 
+	/* the huge path, the cache and page release were all exercised */
+	huge_requests = harness_stat(HP_STAT_CACHE_HITS) + harness_stat(HP_STAT_CACHE_MISSES) - huge_requests;
+	print_message("huge requests %llu (cache hits %llu), decays %llu, released %llu MiB\n",
+		      (unsigned long long)huge_requests,
+		      (unsigned long long)harness_stat(HP_STAT_CACHE_HITS),
+		      (unsigned long long)harness_stat(HP_STAT_CACHE_DECAYS),
+		      (unsigned long long)((harness_stat(HP_STAT_RELEASED_BYTES) - released) >> 20));
+	assert_true(huge_requests > 1000);
+	assert_true(harness_stat(HP_STAT_RELEASED_BYTES) > released);
 	assert_int_equal(harness_stat(HP_STAT_SMALL_LIVE_BLOCKS), live_before[0]);
 	assert_int_equal(harness_stat(HP_STAT_THP_LIVE_BLOCKS), live_before[1]);
 	assert_int_equal(harness_stat(HP_STAT_HUGETLB_LIVE_BLOCKS), live_before[2]);
