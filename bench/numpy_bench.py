@@ -666,7 +666,7 @@ def parse_args():
     opts.reps = 3 if full else 1
     opts.warmup = 2 if full else 1
     opts.gather_bytes = 4 * GiB if full else GiB
-    opts.pretouch_bytes = 14 * GiB if full else 6 * GiB
+    opts.pretouch_bytes = 14 * GiB if full else 4 * GiB
     return opts
 
 
