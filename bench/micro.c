@@ -35,7 +35,7 @@
 #define CACHED_REPS 11
 #define TOUCH_SIZE GiB
 #define TOUCH_REPS 5
-#define FREE_REPS 7
+#define FREE_REPS 15
 
 #define TARGET_CACHED_NS 1000.0
 #define TARGET_FAULT_RATIO 256.0

@@ -40,7 +40,7 @@ struct saved_pool {
 static struct saved_pool saved_pools[MAX_POOLS];
 static volatile sig_atomic_t saved_pool_count;
 
-static char control_dir[64];
+static char control_dir[256];
 static pid_t owner_pid;
 static unsigned skipped_cases;
 
@@ -159,10 +159,16 @@ void harness_init(int argc, char **argv)
 	(void)argv;
 	owner_pid = getpid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	drop_inherited_knobs();
+	/* tests/run-test's scratch directory is removed even when the test
+	 * crashes; by hand, /tmp. */
+	const char *scratch = getenv("HPALLOC_TEST_TMPDIR");
+	if (!scratch || !*scratch || strlen(scratch) > sizeof(control_dir) - 32)
+		scratch = "/tmp";
 	/* A private, empty control directory: a system-wide /run/hpalloc must
-	 * not change what the tests see. */
-	snprintf(control_dir, sizeof(control_dir), "/tmp/hpalloc-ctest-XXXXXX");
+	 * not change what the tests see.  (Formatted before the HPALLOC_*
+	 * variables are dropped: scratch points into the environment.) */
+	snprintf(control_dir, sizeof(control_dir), "%s/hpalloc-ctest-XXXXXX", scratch);
+	drop_inherited_knobs();
 	if (!mkdtemp(control_dir)) {
 		perror("harness: mkdtemp");
 		exit(1);
