@@ -175,6 +175,27 @@ static void test_pool_taken_by_foreign_mapping(void **state)
 	munmap(foreign, len);
 }
 
+/* Free then allocate again at once, the pool exactly one block large and
+ * releases asynchronous (io_uring): the pages of the freed block are still
+ * being released, but the next allocation must get them (wait for them)
+ * rather than fall back or fail. */
+static void test_reuse_pool_right_after_free(void **state)
+{
+	(void)state;
+	setup_tiny_pool("fail");
+	harness_knob("uring", "on");
+	uint64_t fallbacks = harness_stat(HP_STAT_FALLBACKS);
+	for (int i = 0; i < 50; i++) {
+		void *p = hp_malloc(BLOCK_SIZE * POOL_PAGES);
+		if (!p)
+			fail_msg("round %d: pool of %d pages short right after a free "
+				 "(release still in flight?)", i, POOL_PAGES);
+		harness_touch(p, BLOCK_SIZE * POOL_PAGES);
+		hp_free(p);
+	}
+	assert_int_equal(harness_stat(HP_STAT_FALLBACKS), fallbacks);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -183,6 +204,7 @@ int main(int argc, char **argv)
 		HTEST(test_fallback_fail),
 		HTEST(test_block_larger_than_pool),
 		HTEST(test_pool_taken_by_foreign_mapping),
+		HTEST(test_reuse_pool_right_after_free),
 	};
 
 	harness_init(argc, argv);
