@@ -124,6 +124,25 @@ static struct hp_block *new_block(struct plan p, size_t size)
 	return b;
 }
 
+/* A short hugetlb pool may be short only because of us: cached blocks and
+ * releases still in flight hold its pages.  Give those back (now, in this
+ * thread) and try once more before the fallback decides. */
+static struct hp_block *new_block_reclaiming(struct plan p, size_t size)
+{
+	struct hp_block *b = new_block(p, size);
+	if (b || p.backend != HP_BACKEND_HUGETLB)
+		return b;
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *cached = cache_take_backend(HP_BACKEND_HUGETLB);
+	pthread_mutex_unlock(&hp_heap_lock);
+	bool pending = release_pending();
+	if (!cached && !pending)
+		return NULL;
+	release_blocks_now(cached);
+	release_drain();
+	return new_block(p, size);
+}
+
 /* A block of the planned kind: from the cache, else freshly mapped. */
 static struct hp_block *get_block(struct plan p, size_t size, bool zero)
 {
@@ -133,7 +152,7 @@ static struct hp_block *get_block(struct plan p, size_t size, bool zero)
 			memset(b->map.addr, 0, size);
 		return b;
 	}
-	return new_block(p, size); /* fresh anonymous memory is zero */
+	return new_block_reclaiming(p, size); /* fresh anonymous memory is zero */
 }
 
 static void *publish_block(struct hp_block *b)
@@ -384,15 +403,14 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 	*out = (struct hp_backing){.backend = HP_BACKEND_SMALL, .requested_page_size = HP_BASE_PAGE};
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find_containing(ptr);
-	if (b) {
-		out->backend = b->map.backend;
-		out->usable_size = out->mapping_size = b->map.len;
-		out->requested_page_size = b->map.backend == HP_BACKEND_HUGETLB ? b->map.pagesize : HP_THP_SIZE;
-	}
+	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
 	pthread_mutex_unlock(&hp_heap_lock);
 	if (!b) /* libc memory, maybe not even ours: read no header, report the page */
 		return hp_kernel_backing(ptr, 1, &out->kernel);
-	return hp_kernel_backing(b->map.addr, out->mapping_size, &out->kernel);
+	out->backend = m.backend;
+	out->usable_size = out->mapping_size = m.len;
+	out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize : HP_THP_SIZE;
+	return hp_kernel_backing(m.addr, m.len, &out->kernel);
 }
 
 void hp_cache_flush(void)

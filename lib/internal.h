@@ -135,6 +135,8 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
  * records: via io_uring when enabled and available, else synchronously. */
 HP_HIDDEN void release_blocks(struct hp_block *list);
 HP_HIDDEN void release_drain(void);
+HP_HIDDEN bool release_pending(void);      /* releases in flight */
+HP_HIDDEN void release_blocks_now(struct hp_block *list); /* synchronously */
 HP_HIDDEN bool release_uring_available(void);
 HP_HIDDEN void janitor_start(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline etc. */

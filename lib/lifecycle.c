@@ -95,8 +95,10 @@ void hp_init_slow(void)
 		atexit(at_exit);
 		once_done = true;
 	}
-	janitor_start();
+	/* initialised before the janitor runs: it calls hp_* functions itself,
+	 * and must not wait for init_lock while holding its own locks */
 	atomic_store_explicit(&hp_initialized, 1, memory_order_release);
+	janitor_start();
 	initializing = false;
 	pthread_mutex_unlock(&init_lock);
 }

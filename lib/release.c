@@ -91,6 +91,24 @@ static bool submit_release(struct hp_block *b)
 }
 #endif
 
+void release_blocks_now(struct hp_block *list)
+{
+	while (list) {
+		struct hp_block *b = list;
+		list = list->next;
+		stat_add(HP_STAT_RELEASED_BYTES, b->map.len);
+		release_sync(b);
+	}
+}
+
+bool release_pending(void)
+{
+	pthread_mutex_lock(&rel_lock);
+	bool pending = in_flight != NULL;
+	pthread_mutex_unlock(&rel_lock);
+	return pending;
+}
+
 void release_blocks(struct hp_block *list)
 {
 	while (list) {
@@ -122,22 +140,24 @@ static void complete(struct io_uring_cqe *cqe)
 		return;
 	pthread_mutex_lock(&rel_lock);
 	bool last = --b->bucket == 0;
-	if (last) {
-		if (b->prev)
-			b->prev->next = b->next;
-		else
-			in_flight = b->next;
-		if (b->next)
-			b->next->prev = b->prev;
-	}
 	pthread_mutex_unlock(&rel_lock);
 	if (!last)
 		return;
-	free_record(b);
+	/* unmapped before it leaves the list: a drain that returns has its
+	 * pages and its mapping gone (a short hugetlb pool waits on that) */
+	os_unmap(&b->map);
+	stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
 	pthread_mutex_lock(&rel_lock);
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		in_flight = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
 	if (!in_flight)
 		pthread_cond_broadcast(&drain_cond);
 	pthread_mutex_unlock(&rel_lock);
+	free(b);
 }
 
 static void reap_until(uint64_t timeout_ms)
