@@ -574,15 +574,12 @@ const char *control_dir(void)
  * override directory and drops the parent's per-process overrides. */
 void control_fork(int phase)
 {
-	if (phase == FORK_PREPARE) {
-		pthread_mutex_lock(&C.lock);
+	if (phase == FORK_PREPARE) { /* C.lock nests outside P.lock */
+		fork_mutex(&C.lock, phase);
 		publish_fork(phase);
-	} else if (phase == FORK_PARENT) {
-		publish_fork(phase);
-		pthread_mutex_unlock(&C.lock);
 	} else {
 		publish_fork(phase);
-		pthread_mutex_init(&C.lock, NULL);
+		fork_mutex(&C.lock, phase);
 	}
 }
 

@@ -161,6 +161,15 @@ HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
  * the code nests them (init > control > publish > knobs > heap > release >
  * stats), and the child starts with fresh locks. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
+static inline void fork_mutex(pthread_mutex_t *m, int phase)
+{
+	if (phase == FORK_PREPARE)
+		pthread_mutex_lock(m);
+	else if (phase == FORK_PARENT)
+		pthread_mutex_unlock(m);
+	else /* its owner may be a thread the child does not have */
+		pthread_mutex_init(m, NULL);
+}
 HP_HIDDEN void knobs_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
 HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */

@@ -392,12 +392,7 @@ void knobs_note_reject(int knob, const char *why)
 
 void knobs_fork(int phase)
 {
-	if (phase == FORK_PREPARE)
-		pthread_mutex_lock(&knob_lock);
-	else if (phase == FORK_PARENT)
-		pthread_mutex_unlock(&knob_lock);
-	else
-		pthread_mutex_init(&knob_lock, NULL);
+	fork_mutex(&knob_lock, phase);
 }
 
 const char *knob_name(int knob)

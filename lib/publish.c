@@ -314,12 +314,8 @@ void publish_disable(void)
 /* The parent's directory stays the parent's; the child claims its own. */
 void publish_fork(int phase)
 {
-	if (phase == FORK_PREPARE) {
-		pthread_mutex_lock(&P.lock);
-	} else if (phase == FORK_PARENT) {
-		pthread_mutex_unlock(&P.lock);
-	} else {
-		pthread_mutex_init(&P.lock, NULL);
+	fork_mutex(&P.lock, phase);
+	if (phase == FORK_CHILD) {
 		P.pid = 0;
 		P.last_len = 0;
 	}

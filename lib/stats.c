@@ -121,12 +121,7 @@ void stats_live_sub(int backend, size_t bytes)
 
 void stats_fork(int phase)
 {
-	if (phase == FORK_PREPARE)
-		pthread_mutex_lock(&slots_lock);
-	else if (phase == FORK_PARENT)
-		pthread_mutex_unlock(&slots_lock);
-	else
-		pthread_mutex_init(&slots_lock, NULL);
+	fork_mutex(&slots_lock, phase);
 }
 
 int hp_stats_get(struct hp_stats *out)
