@@ -107,6 +107,7 @@ struct hp_block {
 	struct hp_map map;
 	size_t size;              /* usable size handed out            */
 	bool dirty;               /* pages may hold old data           */
+	bool unmapping;           /* release done, munmap under way    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	struct hp_block *hnext;   /* registry hash chain               */
 	struct hp_block *prev, *next; /* cache bucket / LRU / release list */

@@ -140,6 +140,7 @@ static void complete(struct io_uring_cqe *cqe)
 		return;
 	pthread_mutex_lock(&rel_lock);
 	bool last = --b->bucket == 0;
+	b->unmapping = last; /* a child forked from now on must not unmap it */
 	pthread_mutex_unlock(&rel_lock);
 	if (!last)
 		return;
@@ -326,6 +327,10 @@ void release_child_after_fork(void)
 	while (in_flight) {
 		struct hp_block *b = in_flight;
 		in_flight = b->next;
-		free_record(b);
+		/* an address the parent already unmapped may hold a new block by now */
+		if (!b->unmapping)
+			os_unmap(&b->map);
+		stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
+		free(b);
 	}
 }

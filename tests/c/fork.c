@@ -116,11 +116,24 @@ static void run_forks(void)
 	}
 }
 
+/* GCC 12's libasan does not hold its allocator locks across fork (LLVM
+ * added that later): a thread inside ASan's malloc at fork time leaves the
+ * child's malloc blocked forever.  Not ours to fix; the plain build runs
+ * these cases, the sanitized one says why it does not. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SKIP_FORK_WITH_THREADS_UNDER_ASAN()                                             \
+	harness_skip("fork while other threads allocate: libasan (GCC 12) can deadlock the " \
+		     "child inside its own allocator; covered by the non-sanitized build")
+#else
+#define SKIP_FORK_WITH_THREADS_UNDER_ASAN() ((void)0)
+#endif
+
 static void test_fork_with_busy_threads(void **state)
 {
 	(void)state;
 	pthread_t busy[BUSY_THREADS];
 
+	SKIP_FORK_WITH_THREADS_UNDER_ASAN();
 	harness_knob("mode", "thp");
 	harness_knob("threshold", "1M");
 	harness_knob("cache_max", "16M");
@@ -222,6 +235,7 @@ static const struct harness_child_case child_cases[] = {
 static void test_fork_during_init(void **state)
 {
 	(void)state;
+	SKIP_FORK_WITH_THREADS_UNDER_ASAN();
 	const char *env[] = { "HPALLOC_MODE=thp", "HPALLOC_THRESHOLD=1M", NULL };
 	char err[1024];
 
