@@ -140,7 +140,8 @@ if grep -q '^# TOTAL:' "$work/build.log"; then
 	skipped=$(find "$src/debian/build" -name '*.trs' -exec grep -l '^:test-result: SKIP' {} + | sort || true)
 	[ -n "$skipped" ] || echo "  no test skipped"
 	for trs in $skipped; do
-		reason=$(grep -iE 'skip|need|root|not ' "${trs%.trs}.log" | tail -n 1 || true)
+		# The first reason the test printed ("SKIP: ..." / pytest's "SKIPPED [n] ...").
+		reason=$(grep -m 1 -E '^(SKIP: |SKIPPED \[)' "${trs%.trs}.log" || true)
 		echo "  skipped ${trs#"$src/debian/build/"}: ${reason:-(no reason in its log)}"
 	done
 else
