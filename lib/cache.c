@@ -40,27 +40,28 @@ static void unlink_block(struct hp_block *b)
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
-/* A cached block fits if it is of the same kind, large enough, and wastes
- * at most 1/8 of the request (so reuse never inflates RSS much). */
-static bool fits(const struct hp_block *b, int backend, size_t pagesize, size_t need)
+/* A cached block fits if it is of the wanted kind, large enough, and
+ * wastes at most 1/8 of the request rounded to its page size (so reuse
+ * never inflates RSS much). */
+static bool fits(const struct hp_block *b, int backend, size_t min_ps, size_t max_ps, size_t size)
 {
-	return b->map.backend == backend && b->map.pagesize == pagesize && b->map.len >= need &&
-	       b->map.len - need <= need / 8;
+	size_t need = hp_align_up(size, b->map.pagesize);
+	return b->map.backend == backend && b->map.pagesize >= min_ps && b->map.pagesize <= max_ps &&
+	       b->map.len >= need && b->map.len - need <= need / 8;
 }
 
-struct hp_block *cache_take(int backend, size_t pagesize, size_t size)
+struct hp_block *cache_take(int backend, size_t min_ps, size_t max_ps, size_t size)
 {
-	size_t need = hp_align_up(size, pagesize);
-	int first = bucket_of(need);
+	/* a fitting block is at most 9/8 of the request rounded to its page */
+	size_t largest = size + size / 8 + (max_ps < HP_GiB ? max_ps : HP_GiB) * 2;
+	int last = bucket_of(largest);
 
-	for (int i = first; i < NBUCKETS && i <= first + 1; i++)
+	for (int i = bucket_of(size); i < NBUCKETS && i <= last; i++)
 		for (struct hp_block *b = buckets[i]; b; b = b->next)
-			if (fits(b, backend, pagesize, need)) {
+			if (fits(b, backend, min_ps, max_ps, size)) {
 				unlink_block(b);
-				stat_add(HP_STAT_CACHE_HITS, 1);
 				return b;
 			}
-	stat_add(HP_STAT_CACHE_MISSES, 1);
 	return NULL;
 }
 

@@ -99,11 +99,25 @@ static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
 	return (struct plan){HP_BACKEND_THP, HP_BASE_PAGE};
 }
 
-static struct hp_block *take_cached(struct plan p, size_t size)
+/* The cache first, for any block the knobs would accept: a hit costs no
+ * syscall and no look at the pools (auto modes read sysfs otherwise). */
+static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx)
 {
+	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
+	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	struct hp_block *b = NULL;
+
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = cache_take(p.backend, p.pagesize, size);
+	if (ctx) {
+		b = cache_take(HP_BACKEND_HUGETLB, ctx->pagesize, ctx->pagesize, size);
+	} else {
+		if (mode == MODE_HUGETLB || mode == MODE_AUTO)
+			b = cache_take(HP_BACKEND_HUGETLB, 0, knob ? knob : SIZE_MAX, size);
+		if (!b && (mode == MODE_THP || mode == MODE_AUTO))
+			b = cache_take(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
+	}
 	pthread_mutex_unlock(&hp_heap_lock);
+	stat_add(b ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
 	return b;
 }
 
@@ -143,18 +157,6 @@ static struct hp_block *new_block_reclaiming(struct plan p, size_t size)
 	return new_block(p, size);
 }
 
-/* A block of the planned kind: from the cache, else freshly mapped. */
-static struct hp_block *get_block(struct plan p, size_t size, bool zero)
-{
-	struct hp_block *b = take_cached(p, size);
-	if (b) {
-		if (zero && b->dirty)
-			memset(b->map.addr, 0, size);
-		return b;
-	}
-	return new_block_reclaiming(p, size); /* fresh anonymous memory is zero */
-}
-
 static void *publish_block(struct hp_block *b)
 {
 	b->dirty = true;
@@ -172,15 +174,20 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 {
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
+	struct hp_block *b = take_cached(size, ctx);
+	if (b) {
+		if (zero && b->dirty)
+			memset(b->map.addr, 0, size);
+		return publish_block(b);
+	}
 	struct plan p = plan_for(size, ctx);
-	struct hp_block *b = get_block(p, size, zero);
-
+	b = new_block_reclaiming(p, size); /* fresh anonymous memory is zero */
 	if (!b && p.backend == HP_BACKEND_HUGETLB) {
 		stat_add(HP_STAT_FALLBACKS, 1);
 		switch (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed)) {
 		case FALLBACK_THP:
 			hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-			b = get_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, zero);
+			b = new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size);
 			break;
 		case FALLBACK_SMALL:
 			hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);

@@ -124,7 +124,8 @@ HP_HIDDEN size_t small_size(const void *p);   /* as requested */
 HP_HIDDEN size_t small_usable(const void *p);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
-HP_HIDDEN struct hp_block *cache_take(int backend, size_t pagesize, size_t size);
+/* A block of backend with min_ps <= page size <= max_ps that fits size. */
+HP_HIDDEN struct hp_block *cache_take(int backend, size_t min_ps, size_t max_ps, size_t size);
 /* Takes ownership; returns blocks pushed out (to release after unlocking). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);

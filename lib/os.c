@@ -115,20 +115,26 @@ static bool pool_can_serve(size_t pagesize, size_t size)
 	return avail > 0 && (size_t)avail >= hp_align_up(size, pagesize) / pagesize;
 }
 
-/* knob 0 (auto): the largest page size whose pool can hold the request with
- * at most 1/8 rounding waste; else the smallest offered size, so that
- * mode=hugetlb tries it and the fallback decides.  0 if none is offered. */
+/* Page size for a hugetlb block: the largest offered size not above the
+ * knob (0 = auto) that rounds the request up by at most 1/8, else the
+ * smallest offered size -- so pagesize=1G never spends a 1 GiB page on a
+ * 1 MiB array.  With the knob at auto, a larger size also needs a pool
+ * that can hold the block right now.  0 if the kernel offers none. */
 size_t os_choose_pagesize(size_t knob, size_t size)
 {
 	pthread_once(&pagesizes_once, find_pagesizes);
-	if (knob)
-		return knob;
 	for (int i = 0; i < npagesizes; i++) {
 		size_t ps = pagesizes[i];
-		if (ps <= size && hp_align_up(size, ps) - size <= size / 8 && pool_can_serve(ps, size))
-			return ps;
+		bool smallest = i == npagesizes - 1;
+		if (knob && ps > knob)
+			continue;
+		if (!smallest && hp_align_up(size, ps) - size > size / 8)
+			continue;
+		if (!knob && !smallest && !pool_can_serve(ps, size))
+			continue;
+		return ps;
 	}
-	return npagesizes ? pagesizes[npagesizes - 1] : 0;
+	return 0;
 }
 
 bool os_pool_ready(size_t pagesize, size_t size)
@@ -231,35 +237,52 @@ static int shrink_thp(struct hp_map *m, size_t new_len)
 	return 0;
 }
 
-/* Growing never leaves the guard's address unmapped, even for a moment:
- * another thread could map something there that os_unmap would later
- * take down.  The guard is opened (it joins the block's VMA), the whole
- * span grows in place or moves to a fresh 2 MiB aligned reservation (page
- * tables move, data is not copied, PMD-aligned huge pages stay huge), and
- * the new last page is closed again. */
-static int grow_thp(struct hp_map *m, size_t new_len)
+/* Growing never leaves the guard's address unmapped while the block is
+ * there: another thread could map something that os_unmap would later
+ * take down.  In place: the guard is opened (same advice, so it joins the
+ * block's VMA, which mremap needs), the span grows, the new last page is
+ * closed.  Else the block alone moves into a fresh 2 MiB aligned
+ * reservation that brings its own guard: page tables move, data is not
+ * copied, PMD-aligned huge pages stay huge.  The old guard must not move
+ * along: mremap would copy its page table (even an empty leftover one)
+ * into the first 2 MiB of the new half, which then faults 4 KiB pages. */
+static int grow_in_place(struct hp_map *m, size_t new_len)
 {
-	char *p = m->addr, *moved;
+	char *p = m->addr;
 
 	madvise(p + m->len, GUARD, MADV_HUGEPAGE);
 	if (mprotect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
-	moved = mremap(p, m->len + GUARD, new_len + GUARD, 0);
-	if (moved == MAP_FAILED) {
-		char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
-		moved = target ? mremap(p, m->len + GUARD, new_len + GUARD, MREMAP_MAYMOVE | MREMAP_FIXED, target)
-			       : MAP_FAILED;
-		if (moved == MAP_FAILED) {
-			if (target)
-				munmap(target, new_len + GUARD);
-			mprotect(p + m->len, GUARD, PROT_NONE);
-			return -1;
-		}
+	if (mremap(p, m->len + GUARD, new_len + GUARD, 0) == MAP_FAILED) {
+		mprotect(p + m->len, GUARD, PROT_NONE);
+		return -1;
 	}
-	mprotect(moved + new_len, GUARD, PROT_NONE);
+	mprotect(p + new_len, GUARD, PROT_NONE);
+	return 0;
+}
+
+static int grow_by_moving(struct hp_map *m, size_t new_len)
+{
+	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
+	if (!target)
+		return -1;
+	void *moved = mremap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+	if (moved == MAP_FAILED) {
+		munmap(target, new_len + GUARD);
+		return -1;
+	}
+	munmap((char *)m->addr + m->len, GUARD); /* the old guard, ours until now */
+	madvise(target + new_len, GUARD, MADV_HUGEPAGE);
 	m->addr = moved;
+	return 0;
+}
+
+static int grow_thp(struct hp_map *m, size_t new_len)
+{
+	if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0)
+		return -1;
 	m->len = new_len;
-	madvise(moved, new_len, MADV_HUGEPAGE);
+	madvise(m->addr, new_len, MADV_HUGEPAGE);
 	return 0;
 }
 

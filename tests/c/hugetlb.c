@@ -66,8 +66,13 @@ static void test_hugetlb_1g_page(void **state)
 	/* the kernel may refuse a 1 GiB page (fragmentation): only this case
 	 * is skipped then, with the reason */
 	harness_pool_or_skip(GiB, 1, true);
+	harness_pool_or_skip(2 * MiB, 64, true);
 	hugetlb_knobs("1G");
-	check_hugetlb_block(100 * MiB, GiB);
+	/* the knob is the largest page size: a block that fills most of a
+	 * 1 GiB page gets one ... */
+	check_hugetlb_block(GiB - 64 * MiB, GiB);
+	/* ... a 100 MiB one would waste 90% of it and takes 2 MiB pages */
+	check_hugetlb_block(100 * MiB, 2 * MiB);
 }
 
 /* hp_malloc_pagesize ignores threshold and mode. */
