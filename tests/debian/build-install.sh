@@ -53,6 +53,14 @@ version=$(dpkg-parsechangelog -l debian/changelog -S Version)
 upstream=${version%-*}
 upstream=${upstream#*:}
 
+# One run at a time on the machine: two runs would install and purge the
+# same packages under each other.
+exec 8>>/run/lock/hpalloc-debian-build-install.lock
+if ! flock -n 8; then
+	say "waiting for another build-install.sh run to finish"
+	flock 8
+fi
+
 # Purging afterwards must not remove someone's real installation.
 for pkg in "${packages[@]}"; do
 	st=$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null || true)
