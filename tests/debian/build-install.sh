@@ -82,6 +82,9 @@ machine_state() {
 			[ -r "$f" ] && echo "$f $(cat "$f")"
 		done
 		awk '$3 == "hugetlbfs" { print "hugetlbfs mount", $2 }' /proc/self/mounts
+		# root's control directory (hpctl, the library as root).
+		[ -e /run/hpalloc ] && echo "/run/hpalloc exists"
+		true
 	)
 }
 
@@ -210,6 +213,18 @@ for pkg in "${packages[@]}" "${extra_deps[@]}"; do
 	st=$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null || true)
 	case $st in '' | not-installed) ;; *) die "$pkg is still on the machine ($st)" ;; esac
 done
+# Nothing the packages shipped (or byte-compiled next to it) is left.
+for deb in "${debs[@]}"; do
+	dpkg-deb --fsys-tarfile "$deb" | tar -t | sed -n 's|^\./|/|p' | grep -v '/$' |
+		while IFS= read -r path; do
+			[ ! -e "$path" ] && [ ! -L "$path" ] || echo "$path"
+		done
+done > "$work/left-behind"
+[ -d /usr/lib/python3/dist-packages/hpalloc ] && echo /usr/lib/python3/dist-packages/hpalloc >> "$work/left-behind"
+if [ -s "$work/left-behind" ]; then
+	cat "$work/left-behind" >&2
+	die "files of the packages are still on the machine after the purge (above)"
+fi
 state_now=$(machine_state)
 if [ "$state_now" != "$state_before" ]; then
 	diff <(echo "$state_before") <(echo "$state_now") >&2 || true
