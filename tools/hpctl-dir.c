@@ -128,11 +128,11 @@ void give_to_owner_of(int piddir, int dirfd, const char *name)
 	 * accepts files owned by itself or by root either way). */
 	if (geteuid() != 0 || fstat(piddir, &st) != 0 || st.st_uid == 0)
 		return;
-	if (name)
-		(void)fchownat(dirfd, name, st.st_uid, st.st_gid,
-			       AT_SYMLINK_NOFOLLOW);
-	else
-		(void)fchown(dirfd, st.st_uid, st.st_gid);
+	/* best effort: a file left to root only stays until pruned */
+	int rc = name ? fchownat(dirfd, name, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW)
+		      : fchown(dirfd, st.st_uid, st.st_gid);
+	if (rc != 0)
+		return;
 }
 
 int ctl_override_open(pid_t pid, bool create)
