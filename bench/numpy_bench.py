@@ -362,9 +362,9 @@ def run_all(opts, contenders, workloads, base_env):
 
 
 def runs_for(workload, contenders):
-    ctl = workload in CONTROL_ONLY
+    ctl = workload in CONTROL_ONLY  # + NumPy's default as the reference
     return [c for c in contenders
-            if not c.skip_reason and (c.name.endswith("ctl") == ctl)]
+            if not c.skip_reason and (c.name.endswith("ctl") == ctl or (ctl and c.name == "numpy"))]
 
 
 def brief(result, workload):
