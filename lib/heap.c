@@ -99,6 +99,14 @@ static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
 	return (struct plan){HP_BACKEND_THP, HP_BASE_PAGE};
 }
 
+static struct hp_block *cache_take_locked(int backend, size_t min_ps, size_t max_ps, size_t size)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = cache_take(backend, min_ps, max_ps, size);
+	pthread_mutex_unlock(&hp_heap_lock);
+	return b;
+}
+
 /* The cache first, for any block the knobs would accept: a hit costs no
  * syscall and no look at the pools (auto modes read sysfs otherwise). */
 static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx)
@@ -107,17 +115,12 @@ static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx)
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 	struct hp_block *b = NULL;
 
-	pthread_mutex_lock(&hp_heap_lock);
-	if (ctx) {
-		b = cache_take(HP_BACKEND_HUGETLB, ctx->pagesize, ctx->pagesize, size);
-	} else {
-		if (mode == MODE_HUGETLB || mode == MODE_AUTO)
-			b = cache_take(HP_BACKEND_HUGETLB, 0, knob ? knob : SIZE_MAX, size);
-		if (!b && (mode == MODE_THP || mode == MODE_AUTO))
-			b = cache_take(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
-	}
-	pthread_mutex_unlock(&hp_heap_lock);
-	stat_add(b ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
+	if (ctx)
+		return cache_take_locked(HP_BACKEND_HUGETLB, ctx->pagesize, ctx->pagesize, size);
+	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
+		b = cache_take_locked(HP_BACKEND_HUGETLB, 0, knob ? knob : SIZE_MAX, size);
+	if (!b && mode == MODE_AUTO)
+		b = cache_take_locked(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
 	return b;
 }
 
@@ -170,34 +173,51 @@ static void *publish_block(struct hp_block *b)
 /* Larger than any x86-64 address space: refuse before rounding can wrap. */
 #define HP_MAX_BLOCK ((size_t)1 << 46)
 
+/* A THP block: cached, else fresh. */
+static struct hp_block *thp_block(size_t size, bool *cached)
+{
+	struct hp_block *b = cache_take_locked(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
+	*cached = b != NULL;
+	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size);
+}
+
+/* Where a block comes from, in order: the cache (any kind the knobs
+ * accept), a fresh mapping of the planned kind, then the fallback --
+ * whose THP blocks are again cached ones first. */
+static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached)
+{
+	struct hp_block *b = take_cached(size, ctx);
+	if ((*cached = b != NULL))
+		return b;
+	struct plan p = plan_for(size, ctx);
+	if (p.backend == HP_BACKEND_THP)
+		return thp_block(size, cached);
+	b = new_block_reclaiming(p, size);
+	if (b)
+		return b;
+	stat_add(HP_STAT_FALLBACKS, 1);
+	if (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) != FALLBACK_THP)
+		return NULL;
+	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
+	return thp_block(size, cached);
+}
+
 static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 {
+	bool cached;
+
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
-	struct hp_block *b = take_cached(size, ctx);
-	if (b) {
-		if (zero && b->dirty)
-			memset(b->map.addr, 0, size);
-		return publish_block(b);
-	}
-	struct plan p = plan_for(size, ctx);
-	b = new_block_reclaiming(p, size); /* fresh anonymous memory is zero */
-	if (!b && p.backend == HP_BACKEND_HUGETLB) {
-		stat_add(HP_STAT_FALLBACKS, 1);
-		switch (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed)) {
-		case FALLBACK_THP:
-			hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-			b = new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size);
-			break;
-		case FALLBACK_SMALL:
-			hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
-			return small_alloc(size, zero);
-		default:
-			break;
-		}
+	struct hp_block *b = huge_block(size, ctx, &cached);
+	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
+	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
+		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
+		return small_alloc(size, zero);
 	}
 	if (!b)
 		return fail_enomem();
+	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
+		memset(b->map.addr, 0, size);
 	return publish_block(b);
 }
 

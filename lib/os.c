@@ -19,6 +19,9 @@
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
@@ -277,12 +280,26 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	return 0;
 }
 
+/* The block's old last 2 MiB extent was partial, so it could only hold
+ * 4 KiB pages; grown, it is whole: collapse it now (one copy of at most
+ * 2 MiB) rather than fault the rest of it 4 KiB at a time.  Best effort:
+ * MADV_COLLAPSE needs Linux 6.1. */
+static void collapse_completed_extent(char *addr, size_t old_len, size_t new_len)
+{
+	size_t start = old_len & ~(HP_THP_SIZE - 1);
+	if (old_len % HP_THP_SIZE && start + HP_THP_SIZE <= new_len)
+		madvise(addr + start, HP_THP_SIZE, MADV_COLLAPSE);
+}
+
 static int grow_thp(struct hp_map *m, size_t new_len)
 {
+	size_t old_len = m->len;
+
 	if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0)
 		return -1;
 	m->len = new_len;
 	madvise(m->addr, new_len, MADV_HUGEPAGE);
+	collapse_completed_extent(m->addr, old_len, new_len);
 	return 0;
 }
 
