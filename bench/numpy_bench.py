@@ -703,9 +703,6 @@ def main():
         for c in contenders:
             if c.hpalloc:
                 c.skip_reason = "`import hpalloc.numpy` fails (build it, or give --pythonpath/--libdir)"
-    for c in contenders:
-        if c.skip_reason:
-            say("skipping %s: %s" % (c.name, c.skip_reason))
     machine = Machine()
     info = machine_description()
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -715,6 +712,9 @@ def main():
         prepare(opts, machine, contenders)
         for n in machine.notes:
             say(n)
+        for c in contenders:
+            if c.skip_reason:
+                say("skipping %s: %s" % (c.name, c.skip_reason))
         results = run_all(opts, contenders, workloads, base_env)
     except KeyboardInterrupt:
         say("interrupted: restoring the machine")
