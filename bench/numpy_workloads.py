@@ -95,6 +95,18 @@ def timed(fn):
     return t1 - t0, minor_faults() - f0
 
 
+def warm_then_time(once, opts):
+    """opts.warmup untimed calls, then opts.reps timed ones."""
+    for _ in range(opts.warmup):
+        once()
+    secs, faults = [], []
+    for _ in range(opts.reps):
+        t, f = timed(once)
+        secs.append(t)
+        faults.append(f)
+    return {"s": secs, "faults": faults}
+
+
 def median(values):
     s = sorted(values)
     n = len(s)
@@ -232,14 +244,7 @@ def threads(opts):
         for t in ts:
             t.join()
 
-    for _ in range(opts.warmup):
-        once()
-    secs, faults = [], []
-    for _ in range(opts.reps):
-        t, f = timed(once)
-        secs.append(t)
-        faults.append(f)
-    return {"s": secs, "faults": faults}
+    return warm_then_time(once, opts)
 
 
 def resize(opts):
@@ -254,14 +259,7 @@ def resize(opts):
         PEAK.sample()
         assert a[0] == 1.0 and a[-1] == 0.0
 
-    for _ in range(opts.warmup):
-        once()
-    secs, faults = [], []
-    for _ in range(opts.reps):
-        t, f = timed(once)
-        secs.append(t)
-        faults.append(f)
-    return {"s": secs, "faults": faults}
+    return warm_then_time(once, opts)
 
 
 def alloc_path(opts):
