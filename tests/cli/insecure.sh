@@ -74,15 +74,19 @@ show_rejects "threshold: invalid value" "random garbage"
 printf 'auto [thp] [off]\n' >"$tmp/bad"; chmod 0644 "$tmp/bad"; install_bad
 show_rejects "threshold: invalid value" "two bracketed values"
 
+marked=$(wc -l <"$tmp/w.out")
 rm -f "$CTL/threshold"; mkdir "$tmp/bad"; mv "$tmp/bad" "$CTL/threshold"
 expect 0 "$HPCTL" show
 contains "$out" "rejected: $CTL/threshold ignored: not a regular file" "directory instead of a file"
 rmdir "$CTL/threshold"
+# no file: the live process goes back to the default (a line after the mark)
+wait_after=$marked wait_for "$tmp/w.out" '^threshold=1M default$' || fail "default after deletion"
 
-# The deletions above took the live process back to the default; give it
-# 4M again before the next cases.
+# Give it 4M again before the next cases, and wait for the process itself
+# to report it: lines before the mark say 4M from the start of the test.
+marked=$(wc -l <"$tmp/w.out")
 expect 0 "$HPCTL" set threshold=4M
-wait_for "$tmp/w.out" '^threshold=4M control$' || fail "4M again"
+wait_after=$marked wait_for "$tmp/w.out" '^threshold=4M control$' || fail "4M again"
 mkfifo -m 0644 "$tmp/bad"; install_bad
 show_rejects "not a regular file" "FIFO (must not block the reader)"
 
