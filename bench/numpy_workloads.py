@@ -191,14 +191,7 @@ def zeros_touch(opts):
         PEAK.sample()
 
     cold_s, cold_faults = timed(once)
-    for _ in range(opts.warmup):
-        once()
-    secs, faults = [], []
-    for _ in range(opts.reps):
-        t, f = timed(once)
-        secs.append(t)
-        faults.append(f)
-    return {"s": secs, "faults": faults, "cold_s": [cold_s], "cold_faults": [cold_faults]}
+    return dict(warm_then_time(once, opts), cold_s=[cold_s], cold_faults=[cold_faults])
 
 
 def gather(opts):
