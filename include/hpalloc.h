@@ -48,8 +48,25 @@ HP_API void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size);
 HP_API void hp_ctx_free(void *ctx, void *ptr, size_t size);
 /* An immortal context forcing hugetlb pages of `pagesize` (2 MiB or 1 GiB):
  * allocations through it ignore `threshold` and `mode`.  NULL + EINVAL for
- * a page size the kernel does not offer. */
+ * a page size the kernel does not offer.  Same as hp_ctx(HP_ORIGIN_API, pagesize). */
 HP_API void *hp_ctx_pagesize(size_t pagesize);
+
+/* Who asked for a block: every adapter allocates through a context of its
+ * origin, so the stats can say where the huge bytes came from. */
+enum hp_origin {
+	HP_ORIGIN_API = 0,  /* hp_malloc & co, called directly          */
+	HP_ORIGIN_NUMPY,    /* NumPy data-memory handler (NEP 49)       */
+	HP_ORIGIN_PYTHON,   /* CPython's raw memory domain              */
+	HP_ORIGIN_TORCH,    /* PyTorch's CPU allocator                  */
+	HP_ORIGIN_NUMBA,    /* Numba's NRT external allocator           */
+	HP_ORIGIN_PRELOAD,  /* libhpalloc-preload.so (malloc & co)      */
+	HP_ORIGIN_COUNT
+};
+HP_API const char *hp_origin_name(int origin); /* "api" "numpy" "python" ... */
+/* The immortal context of an origin: pagesize 0 follows the knobs like
+ * hp_malloc; 2 MiB or 1 GiB forces hugetlb pages as hp_ctx_pagesize does.
+ * NULL + EINVAL for an unknown origin or a page size the kernel lacks. */
+HP_API void *hp_ctx(int origin, size_t pagesize);
 
 /* ---- where memory lives ------------------------------------------------ */
 enum hp_backend {
@@ -112,10 +129,23 @@ enum hp_stat {
 	HP_STAT_REALLOC_COPIES,
 	HP_STAT_CONFIG_GENERATION, /* bumps on every effective knob change */
 	HP_STAT_CONFIG_REJECTS,   /* rejected knob values / control files */
+	/* live huge (THP + hugetlb) bytes by origin (enum hp_origin) */
+	HP_STAT_API_HUGE_BYTES,
+	HP_STAT_NUMPY_HUGE_BYTES,
+	HP_STAT_PYTHON_HUGE_BYTES,
+	HP_STAT_TORCH_HUGE_BYTES,
+	HP_STAT_NUMBA_HUGE_BYTES,
+	HP_STAT_PRELOAD_HUGE_BYTES,
+	HP_STAT_SHARED_LIVE_BYTES,  /* shared (memfd) blocks mapped here   */
+	HP_STAT_SHARED_LIVE_BLOCKS,
+	HP_STAT_URING_ACTIVE,       /* gauge: 1 while releases go through io_uring */
+	HP_STAT_JANITOR_ACTIVE,     /* gauge: 1 while the janitor thread runs */
 	HP_STAT_COUNT
 };
+/* Room for counters added later without changing the struct's size. */
+#define HP_STAT_CAPACITY 64
 struct hp_stats {
-	uint64_t v[HP_STAT_COUNT];
+	uint64_t v[HP_STAT_CAPACITY]; /* entries >= HP_STAT_COUNT are 0 */
 };
 HP_API int hp_stats_get(struct hp_stats *out);
 HP_API const char *hp_stat_name(int stat); /* "thp_live_bytes", NULL if out of range */

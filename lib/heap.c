@@ -72,17 +72,32 @@ struct plan {
 	size_t pagesize;
 };
 
+/* A context: who allocates (origin, for the stats) and, when pagesize is
+ * not 0, hugetlb pages of that size forced whatever threshold and mode say.
+ * All of them are static, so handlers holding one never outlive it. */
 struct hp_ctx {
+	int origin;
 	size_t pagesize;
 };
-static struct hp_ctx ctx_2m = {2 * HP_MiB}, ctx_1g = {HP_GiB};
+#define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
+static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES];
+
+static inline bool forced(const struct hp_ctx *ctx)
+{
+	return ctx && ctx->pagesize;
+}
+
+static inline int origin_of(const struct hp_ctx *ctx)
+{
+	return ctx ? ctx->origin : HP_ORIGIN_API;
+}
 
 /* Which kind of block to try first, from the knobs (or a forcing ctx). */
 static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
 {
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 
-	if (ctx)
+	if (forced(ctx))
 		return (struct plan){HP_BACKEND_HUGETLB, ctx->pagesize};
 	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
 	case MODE_HUGETLB:
@@ -115,7 +130,7 @@ static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx)
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 	struct hp_block *b = NULL;
 
-	if (ctx)
+	if (forced(ctx))
 		return cache_take_locked(HP_BACKEND_HUGETLB, ctx->pagesize, ctx->pagesize, size);
 	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
 		b = cache_take_locked(HP_BACKEND_HUGETLB, 0, knob ? knob : SIZE_MAX, size);
@@ -166,7 +181,7 @@ static void *publish_block(struct hp_block *b)
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_insert(b);
 	pthread_mutex_unlock(&hp_heap_lock);
-	stats_live_add(b->map.backend, b->map.len);
+	stats_block_live(b, true);
 	return b->map.addr;
 }
 
@@ -218,13 +233,14 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 		return fail_enomem();
 	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
 		memset(b->map.addr, 0, size);
+	b->origin = origin_of(ctx);
 	return publish_block(b);
 }
 
 /* Hand a block back: into the cache, or released (maybe via io_uring). */
 static void retire_block(struct hp_block *b)
 {
-	stats_live_sub(b->map.backend, b->map.len);
+	stats_block_live(b, false);
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *out = cache_put(b, hp_now_ms());
 	pthread_mutex_unlock(&hp_heap_lock);
@@ -300,10 +316,18 @@ size_t hp_usable_size(const void *ptr)
 	return b ? b->map.len : small_usable(ptr);
 }
 
+/* A new block through ctx: huge when forced or at least threshold. */
+static void *alloc_ctx(size_t size, const struct hp_ctx *ctx, bool zero)
+{
+	if (forced(ctx) || wants_huge(size))
+		return huge_alloc(size, ctx, zero);
+	return small_alloc(size, zero);
+}
+
 /* Copy into a new allocation of the current routing, free the old one. */
 static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const struct hp_ctx *ctx)
 {
-	void *np = (ctx || wants_huge(size)) ? huge_alloc(size, ctx, false) : small_alloc(size, false);
+	void *np = alloc_ctx(size, ctx, false);
 	if (!np)
 		return NULL;
 	memcpy(np, ptr, old_usable < size ? old_usable : size);
@@ -315,7 +339,7 @@ static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const st
 /* THP blocks grow and shrink in place or by moving page tables (mremap). */
 static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
-	bool stays_huge = ctx || wants_huge(size);
+	bool stays_huge = forced(ctx) || wants_huge(size);
 
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
@@ -324,13 +348,13 @@ static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *
 		stat_add(HP_STAT_REALLOC_INPLACE, 1);
 		return b->map.addr;
 	}
-	if (stays_huge && b->map.backend == HP_BACKEND_THP && !ctx) {
+	if (stays_huge && b->map.backend == HP_BACKEND_THP && !forced(ctx)) {
 		pthread_mutex_lock(&hp_heap_lock);
 		reg_find(b->map.addr, true);
 		pthread_mutex_unlock(&hp_heap_lock);
 		size_t old_len = b->map.len;
+		stats_block_live(b, false);
 		int rc = os_remap_thp(&b->map, size);
-		stats_live_sub(HP_BACKEND_THP, old_len);
 		stat_sub(HP_STAT_MAPPED_BYTES, old_len);
 		stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
 		void *p = publish_block(b); /* old or new place, always registered */
@@ -347,13 +371,13 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 {
 	hp_init();
 	if (!ptr)
-		return ctx ? huge_alloc(size, ctx, false) : hp_malloc(size);
+		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
 	if (size == 0)
 		size = 1; /* keep a valid block: NumPy never expects NULL here */
 	struct hp_block *b = lookup(ptr);
 	if (b)
 		return realloc_huge(b, size, ctx);
-	if (ctx || wants_huge(size))
+	if (forced(ctx) || wants_huge(size))
 		return realloc_by_copy(ptr, small_size(ptr), size, ctx);
 	return small_realloc(ptr, size);
 }
@@ -376,16 +400,28 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 
 /* ---- NEP 49 entry points ---------------------------------------------------------- */
 
+void *hp_ctx(int origin, size_t pagesize)
+{
+	int slot = pagesize == 0 ? 0 : pagesize == 2 * HP_MiB ? 1 : pagesize == HP_GiB ? 2 : -1;
+
+	if (origin < 0 || origin >= HP_ORIGIN_COUNT || slot < 0 ||
+	    (pagesize && !os_pagesize_supported(pagesize))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct hp_ctx *c = &contexts[origin][slot];
+	c->origin = origin; /* idempotent: the same values from every thread */
+	c->pagesize = pagesize;
+	return c;
+}
+
 void *hp_ctx_pagesize(size_t pagesize)
 {
-	if (os_pagesize_supported(pagesize)) {
-		if (pagesize == ctx_2m.pagesize)
-			return &ctx_2m;
-		if (pagesize == ctx_1g.pagesize)
-			return &ctx_1g;
+	if (pagesize == 0) { /* not a page size: hp_ctx() would follow the knobs */
+		errno = EINVAL;
+		return NULL;
 	}
-	errno = EINVAL;
-	return NULL;
+	return hp_ctx(HP_ORIGIN_API, pagesize);
 }
 
 void *hp_ctx_malloc(void *ctx, size_t size)
@@ -393,7 +429,7 @@ void *hp_ctx_malloc(void *ctx, size_t size)
 	if (!ctx)
 		return hp_malloc(size);
 	hp_init();
-	return huge_alloc(size ? size : 1, ctx, false);
+	return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
 }
 
 void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
@@ -404,7 +440,7 @@ void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
 	hp_init();
 	if (__builtin_mul_overflow(nelem, elsize, &total))
 		return fail_enomem();
-	return huge_alloc(total ? total : 1, ctx, true);
+	return alloc_ctx(forced(ctx) && !total ? 1 : total, ctx, true);
 }
 
 void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size)

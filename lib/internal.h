@@ -66,7 +66,7 @@ struct hp_config {
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
-HP_HIDDEN void knobs_init(void);           /* defaults + environment */
+HP_HIDDEN void knobs_init(bool with_env);  /* defaults (+ environment) */
 /* Set (canon != NULL) or clear (canon == NULL) one layer of a knob and
  * recompute the effective value.  canon must be canonical (from parse). */
 HP_HIDDEN int knobs_set_layer(int knob, int source, const char *canon);
@@ -108,6 +108,7 @@ struct hp_block {
 	size_t size;              /* usable size handed out            */
 	bool dirty;               /* pages may hold old data           */
 	bool unmapping;           /* release done, munmap under way    */
+	int origin;               /* enum hp_origin, for the stats     */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	struct hp_block *hnext;   /* registry hash chain               */
 	struct hp_block *prev, *next; /* cache bucket / LRU / release list */
@@ -158,6 +159,7 @@ static inline void stat_sub(int s, uint64_t n)
 }
 HP_HIDDEN void stats_live_add(int backend, size_t bytes);
 HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
+HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
 
 /* ---- fork: every module with a lock takes it before fork, in the order
  * the code nests them (init > control > publish > knobs > heap > release >
@@ -185,6 +187,7 @@ static inline void hp_init(void)
 		hp_init_slow();
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
+HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
 
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */

@@ -400,8 +400,9 @@ const char *knob_name(int knob)
 	return knob >= 0 && knob < KNOB_COUNT ? knobs[knob].name : NULL;
 }
 
-/* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process. */
-void knobs_init(void)
+/* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process
+ * (or hpctl, whose own environment says nothing about other processes). */
+void knobs_init(bool with_env)
 {
 	for (int k = 0; k < KNOB_COUNT; k++) {
 		uint64_t v = 0;
@@ -409,7 +410,7 @@ void knobs_init(void)
 		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
 		publish_value(k, v);
 	}
-	if (getauxval(AT_SECURE))
+	if (!with_env || getauxval(AT_SECURE))
 		return;
 	/* verbose first, so that it already applies to the other knobs' rejects */
 	for (int i = 0; i < KNOB_COUNT; i++) {

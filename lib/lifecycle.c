@@ -16,6 +16,7 @@
 _Atomic int hp_initialized;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool once_done;
+static bool tool_mode; /* set before init by hpctl: see lifecycle_tool_mode */
 static __thread bool initializing; /* init itself calls hp_* functions */
 
 uint64_t hp_now_ms(void)
@@ -90,7 +91,7 @@ void hp_init_slow(void)
 	}
 	initializing = true;
 	if (!once_done) {
-		knobs_init();
+		knobs_init(!tool_mode);
 		control_init();
 		atexit(at_exit);
 		once_done = true;
@@ -98,9 +99,22 @@ void hp_init_slow(void)
 	/* initialised before the janitor runs: it calls hp_* functions itself,
 	 * and must not wait for init_lock while holding its own locks */
 	atomic_store_explicit(&hp_initialized, 1, memory_order_release);
-	janitor_start();
+	if (!tool_mode)
+		janitor_start();
 	initializing = false;
 	pthread_mutex_unlock(&init_lock);
+}
+
+/* hpctl reads knobs and stats of other processes through the library:
+ * it must not become an allocator itself -- no janitor, no ring, no
+ * published entry, and nothing of its own environment in the knobs it
+ * reports.  Called before the first hp_* call. */
+void lifecycle_tool_mode(void)
+{
+	pthread_mutex_lock(&init_lock);
+	tool_mode = true;
+	pthread_mutex_unlock(&init_lock);
+	publish_disable();
 }
 
 const char *hp_version(void)

@@ -32,6 +32,28 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_REALLOC_COPIES] = "realloc_copies",
 	[HP_STAT_CONFIG_GENERATION] = "config_generation",
 	[HP_STAT_CONFIG_REJECTS] = "config_rejects",
+	[HP_STAT_API_HUGE_BYTES] = "api_huge_bytes",
+	[HP_STAT_NUMPY_HUGE_BYTES] = "numpy_huge_bytes",
+	[HP_STAT_PYTHON_HUGE_BYTES] = "python_huge_bytes",
+	[HP_STAT_TORCH_HUGE_BYTES] = "torch_huge_bytes",
+	[HP_STAT_NUMBA_HUGE_BYTES] = "numba_huge_bytes",
+	[HP_STAT_PRELOAD_HUGE_BYTES] = "preload_huge_bytes",
+	[HP_STAT_SHARED_LIVE_BYTES] = "shared_live_bytes",
+	[HP_STAT_SHARED_LIVE_BLOCKS] = "shared_live_blocks",
+	[HP_STAT_URING_ACTIVE] = "uring_active",
+	[HP_STAT_JANITOR_ACTIVE] = "janitor_active",
+};
+_Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
+_Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,
+	       "one huge-bytes counter per origin, in enum hp_origin's order");
+
+static const char *const origin_names[HP_ORIGIN_COUNT] = {
+	[HP_ORIGIN_API] = "api",
+	[HP_ORIGIN_NUMPY] = "numpy",
+	[HP_ORIGIN_PYTHON] = "python",
+	[HP_ORIGIN_TORCH] = "torch",
+	[HP_ORIGIN_NUMBA] = "numba",
+	[HP_ORIGIN_PRELOAD] = "preload",
 };
 
 /* ---- per-thread small-path counters ---------------------------------------- */
@@ -119,6 +141,18 @@ void stats_live_sub(int backend, size_t bytes)
 	stat_sub(live_bytes_stat[backend] + 1, 1);
 }
 
+/* A huge block becomes live (or stops being live): by backend and origin. */
+void stats_block_live(const struct hp_block *b, bool live)
+{
+	if (live) {
+		stats_live_add(b->map.backend, b->map.len);
+		stat_add(HP_STAT_API_HUGE_BYTES + b->origin, b->map.len);
+	} else {
+		stats_live_sub(b->map.backend, b->map.len);
+		stat_sub(HP_STAT_API_HUGE_BYTES + b->origin, b->map.len);
+	}
+}
+
 void stats_fork(int phase)
 {
 	fork_mutex(&slots_lock, phase);
@@ -131,6 +165,7 @@ int hp_stats_get(struct hp_stats *out)
 		return -1;
 	}
 	hp_init();
+	*out = (struct hp_stats){{0}};
 	for (int i = 0; i < HP_STAT_COUNT; i++)
 		out->v[i] = atomic_load_explicit(&hp_counters[i], memory_order_relaxed);
 	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
@@ -148,6 +183,11 @@ int hp_stats_get(struct hp_stats *out)
 const char *hp_stat_name(int stat)
 {
 	return stat >= 0 && stat < HP_STAT_COUNT ? stat_names[stat] : NULL;
+}
+
+const char *hp_origin_name(int origin)
+{
+	return origin >= 0 && origin < HP_ORIGIN_COUNT ? origin_names[origin] : NULL;
 }
 
 const char *hp_backend_name(int backend)

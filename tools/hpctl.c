@@ -10,7 +10,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h" /* publish_disable */
+#include "internal.h" /* lifecycle_tool_mode */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -229,9 +229,9 @@ int main(int argc, char **argv)
 	char **owned;
 	int rc;
 
-	/* hpctl uses the library to read knobs; it must not publish a
-	 * proc/<pid> entry of its own. */
-	publish_disable();
+	/* hpctl uses the library to read knobs; it must not become an
+	 * allocator of its own (janitor, ring, published entry, env knobs). */
+	lifecycle_tool_mode();
 	parse_args(&c, argc, argv, &cmd);
 	owned = cmd->fn == cmd_run ? NULL : c.argv;
 	rc = cmd->fn(&c);

@@ -72,6 +72,8 @@ static PyObject *py_handler(PyObject *self, PyObject *noargs)
 	(void)self;
 	(void)noargs;
 	if (knob_capsule == NULL) {
+		/* the NumPy origin's context: follows the knobs, counted as numpy */
+		knob_handler.allocator.ctx = hp_ctx(HP_ORIGIN_NUMPY, 0);
 		knob_capsule = make_capsule(&knob_handler);
 		if (knob_capsule == NULL)
 			return NULL;
@@ -132,7 +134,7 @@ static struct pagesize_handler *new_pagesize_handler(size_t pagesize)
 		return NULL;
 	}
 	errno = 0;
-	void *ctx = hp_ctx_pagesize(pagesize);
+	void *ctx = pagesize ? hp_ctx(HP_ORIGIN_NUMPY, pagesize) : NULL;
 	if (ctx == NULL) {
 		char text[32];
 		if (hp_format_size(pagesize, text, sizeof text) != 0)

@@ -4,12 +4,51 @@
  * routed by address, not by the current knobs). */
 #include "harness.h"
 
+#include <errno.h>
+
 static int backend(const void *p)
 {
 	struct hp_backing b;
 
 	assert_int_equal(hp_backing(p, &b), 0);
 	return b.backend;
+}
+
+/* Each origin's context counts its live huge bytes; frees through any
+ * path give them back; bad origins are refused. */
+static void test_origin_counts_where_bytes_came_from(void **state)
+{
+	(void)state;
+	harness_knob("mode", "thp");
+	void *torch = hp_ctx(HP_ORIGIN_TORCH, 0), *numpy = hp_ctx(HP_ORIGIN_NUMPY, 0);
+	assert_non_null(torch);
+	assert_ptr_equal(torch, hp_ctx(HP_ORIGIN_TORCH, 0)); /* immortal, one per origin */
+	assert_ptr_not_equal(torch, numpy);
+	uint64_t t0 = harness_stat(HP_STAT_TORCH_HUGE_BYTES), n0 = harness_stat(HP_STAT_NUMPY_HUGE_BYTES);
+	void *a = hp_ctx_malloc(torch, 4 * MiB), *b = hp_ctx_calloc(numpy, 1, 6 * MiB);
+	void *small = hp_ctx_malloc(torch, 100); /* below threshold: libc, not counted */
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_non_null(small);
+	assert_int_equal(harness_stat(HP_STAT_TORCH_HUGE_BYTES) - t0, 4 * MiB);
+	assert_int_equal(harness_stat(HP_STAT_NUMPY_HUGE_BYTES) - n0, 6 * MiB);
+	struct hp_backing bk;
+	assert_int_equal(hp_backing(a, &bk), 0);
+	assert_int_equal(bk.backend, HP_BACKEND_THP);
+	hp_free(a);
+	hp_ctx_free(numpy, b, 6 * MiB);
+	hp_ctx_free(torch, small, 100);
+	assert_int_equal(harness_stat(HP_STAT_TORCH_HUGE_BYTES), t0);
+	assert_int_equal(harness_stat(HP_STAT_NUMPY_HUGE_BYTES), n0);
+	assert_string_equal(hp_origin_name(HP_ORIGIN_TORCH), "torch");
+	assert_string_equal(hp_stat_name(HP_STAT_TORCH_HUGE_BYTES), "torch_huge_bytes");
+	assert_null(hp_origin_name(HP_ORIGIN_COUNT));
+	errno = 0;
+	assert_null(hp_ctx(HP_ORIGIN_COUNT, 0));
+	assert_int_equal(errno, EINVAL);
+	errno = 0;
+	assert_null(hp_ctx(HP_ORIGIN_API, 3 * MiB));
+	assert_int_equal(errno, EINVAL);
 }
 
 static void test_threshold_boundary(void **state)
@@ -162,6 +201,7 @@ static void test_realloc_after_change(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+		HTEST(test_origin_counts_where_bytes_came_from),
 		HTEST(test_threshold_boundary),
 		HTEST(test_small_alignment),
 		HTEST(test_mode_off_is_all_small),
