@@ -68,6 +68,21 @@ HP_API const char *hp_origin_name(int origin); /* "api" "numpy" "python" ... */
  * NULL + EINVAL for an unknown origin or a page size the kernel lacks. */
 HP_API void *hp_ctx(int origin, size_t pagesize);
 
+/* ---- the huge path alone, for interposers --------------------------------
+ * For wrappers that keep an ordinary allocator of their own below the
+ * threshold (CPython's raw domain, the preload library): these never hand
+ * out libc memory.  Return 0 with the block in *out; 1 when the request is
+ * not for the huge path (below threshold, mode=off, alignment above 2 MiB,
+ * or fallback=small after a short pool): use your own allocator, nothing
+ * changed; -1 + ENOMEM when the huge path failed (fallback=fail).
+ * hp_huge_realloc() resizes a block hp_owns(): on 1 or -1 the block is
+ * untouched (on 1 the caller moves it: allocate, copy, hp_free()). */
+HP_API int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out);
+HP_API int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out);
+/* 1 if ptr is the start of a live huge block of hpalloc's, else 0.  Cheap
+ * for pointers not 2 MiB aligned (no lock). */
+HP_API int hp_owns(const void *ptr);
+
 /* ---- where memory lives ------------------------------------------------ */
 enum hp_backend {
 	HP_BACKEND_SMALL = 0, /* libc (ordinary path) */

@@ -217,17 +217,22 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	return thp_block(size, cached);
 }
 
-static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
+/* The huge path alone: a published block, or NULL -- with *to_small set
+ * when fallback=small sends the request to the ordinary path (the caller
+ * decides whose ordinary path), else ENOMEM. */
+static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 {
 	bool cached;
 
+	*to_small = false;
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
 	struct hp_block *b = huge_block(size, ctx, &cached);
 	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
 	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
-		return small_alloc(size, zero);
+		*to_small = true;
+		return NULL;
 	}
 	if (!b)
 		return fail_enomem();
@@ -235,6 +240,13 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 		memset(b->map.addr, 0, size);
 	b->origin = origin_of(ctx);
 	return publish_block(b);
+}
+
+static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
+{
+	bool to_small;
+	void *p = huge_try(size, ctx, zero, &to_small);
+	return to_small ? small_alloc(size, zero) : p;
 }
 
 /* Hand a block back: into the cache, or released (maybe via io_uring). */
@@ -336,33 +348,40 @@ static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const st
 	return np;
 }
 
-/* THP blocks grow and shrink in place or by moving page tables (mremap). */
-static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
+/* A huge block that stays huge, resized without copying when it can be:
+ * kept as it is when it still fits well, THP blocks grown or shrunk by
+ * moving page tables (mremap).  NULL: it must be copied. */
+static void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
-	bool stays_huge = forced(ctx) || wants_huge(size);
-
-	if (size > HP_MAX_BLOCK)
-		return fail_enomem();
-
-	if (stays_huge && size <= b->map.len && size >= b->map.len / 2) {
+	if (size <= b->map.len && size >= b->map.len / 2) {
 		stat_add(HP_STAT_REALLOC_INPLACE, 1);
 		return b->map.addr;
 	}
-	if (stays_huge && b->map.backend == HP_BACKEND_THP && !forced(ctx)) {
-		pthread_mutex_lock(&hp_heap_lock);
-		reg_find(b->map.addr, true);
-		pthread_mutex_unlock(&hp_heap_lock);
-		size_t old_len = b->map.len;
-		stats_block_live(b, false);
-		int rc = os_remap_thp(&b->map, size);
-		stat_sub(HP_STAT_MAPPED_BYTES, old_len);
-		stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
-		void *p = publish_block(b); /* old or new place, always registered */
-		if (rc == 0) {
-			stat_add(HP_STAT_REALLOC_INPLACE, 1);
+	if (b->map.backend != HP_BACKEND_THP || forced(ctx))
+		return NULL;
+	pthread_mutex_lock(&hp_heap_lock);
+	reg_find(b->map.addr, true);
+	pthread_mutex_unlock(&hp_heap_lock);
+	size_t old_len = b->map.len;
+	stats_block_live(b, false);
+	int rc = os_remap_thp(&b->map, size);
+	stat_sub(HP_STAT_MAPPED_BYTES, old_len);
+	stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
+	void *p = publish_block(b); /* old or new place, always registered */
+	if (rc != 0)
+		return NULL; /* could not grow (address space): copy */
+	stat_add(HP_STAT_REALLOC_INPLACE, 1);
+	return p;
+}
+
+static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
+{
+	if (size > HP_MAX_BLOCK)
+		return fail_enomem();
+	if (forced(ctx) || wants_huge(size)) {
+		void *p = resize_in_place(b, size, ctx);
+		if (p)
 			return p;
-		}
-		/* could not grow (address space): copy like any other block */
 	}
 	return realloc_by_copy(b->map.addr, b->map.len, size, ctx);
 }
@@ -452,6 +471,69 @@ void hp_ctx_free(void *ctx, void *ptr, size_t size)
 {
 	(void)ctx;
 	hp_free_sized(ptr, size);
+}
+
+/* ---- the huge path alone, for interposers ----------------------------------------
+ * The CPython raw-domain wrapper and the preload library keep their own
+ * ordinary allocator for everything below threshold: these never hand out
+ * or take back libc memory, and say "yours" (1) instead. */
+
+int hp_owns(const void *ptr)
+{
+	return ptr && lookup(ptr) != NULL;
+}
+
+static bool huge_alignment_ok(size_t alignment)
+{
+	return alignment <= HP_THP_SIZE && (alignment & (alignment - 1)) == 0;
+}
+
+int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
+{
+	bool to_small;
+
+	if (!out) {
+		errno = EINVAL;
+		return -1;
+	}
+	hp_init();
+	if (!(forced(ctx) || wants_huge(size)) || !huge_alignment_ok(alignment))
+		return 1;
+	void *p = huge_try(size ? size : 1, ctx, zero != 0, &to_small);
+	if (!p)
+		return to_small ? 1 : -1;
+	*out = p;
+	return 0;
+}
+
+int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
+{
+	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
+	bool to_small;
+
+	if (!b) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!(forced(ctx) || wants_huge(size)))
+		return 1;
+	if (size > HP_MAX_BLOCK) {
+		fail_enomem();
+		return -1;
+	}
+	void *np = resize_in_place(b, size, ctx);
+	if (np) {
+		*out = np;
+		return 0;
+	}
+	np = huge_try(size, ctx, false, &to_small);
+	if (!np)
+		return to_small ? 1 : -1;
+	memcpy(np, ptr, b->map.len < size ? b->map.len : size);
+	stat_add(HP_STAT_REALLOC_COPIES, 1);
+	hp_free(ptr);
+	*out = np;
+	return 0;
 }
 
 /* ---- reports and maintenance ------------------------------------------------------- */
