@@ -13,7 +13,8 @@
  *
  * A MemInfo made with an external allocator records it and is freed
  * through it (NRT_dealloc), so arrays outlive uninstall() and may be
- * released in any thread: the allocator struct is static.
+ * released in any thread: the allocator struct is static.  tracemalloc
+ * keeps seeing NRT memory (see ext_malloc).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hpalloc.h"
 
@@ -32,18 +34,37 @@ struct nrt_external_allocator {
 	void *opaque; /* hp_ctx(HP_ORIGIN_NUMBA, 0) */
 };
 
+/* NRT's own allocations go through PyMem_RawMalloc, which tracemalloc
+ * traces (domain 0) and Numba's tests expect it to.  These bypass the raw
+ * domain, so they tell tracemalloc themselves.  PyTraceMalloc_Track and
+ * _Untrack return at once when tracemalloc is not tracing; when it is they
+ * take the GIL from any thread, as tracemalloc's own raw-domain hook
+ * does. */
+#define TRACE_DOMAIN 0
+
 static void *ext_malloc(size_t size, void *ctx)
 {
-	return hp_ctx_malloc(ctx, size);
+	void *p = hp_ctx_malloc(ctx, size);
+	if (p != NULL)
+		PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, size);
+	return p;
 }
 
 static void *ext_realloc(void *ptr, size_t new_size, void *ctx)
 {
-	return hp_ctx_realloc(ctx, ptr, new_size);
+	void *p = hp_ctx_realloc(ctx, ptr, new_size);
+	if (p != NULL) {
+		if (ptr != NULL)
+			PyTraceMalloc_Untrack(TRACE_DOMAIN, (uintptr_t)ptr);
+		PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, new_size);
+	}
+	return p;
 }
 
 static void ext_free(void *ptr, void *ctx)
 {
+	if (ptr != NULL)
+		PyTraceMalloc_Untrack(TRACE_DOMAIN, (uintptr_t)ptr);
 	hp_ctx_free(ctx, ptr, 0); /* routed by address; the size is a hint */
 }
 

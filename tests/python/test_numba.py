@@ -4,6 +4,7 @@ uninstall(), NRT's own allocation counters balanced; the external
 allocator for extension authors."""
 
 import ctypes
+import sys
 import textwrap
 import threading
 
@@ -209,3 +210,26 @@ def test_fallback_fail_raises_memory_error(knobs):
     # counts before looking at the result), with or without hpalloc.
     assert stats1.alloc - stats0.alloc == stats1.free - stats0.free + 1
     assert stats1.mi_alloc - stats0.mi_alloc == stats1.mi_free - stats0.mi_free
+
+
+def test_tracemalloc_sees_njit_arrays(nrt):
+    """NRT allocates with PyMem_RawMalloc, which tracemalloc traces, and
+    Numba's own tests (test_nrt.TestTracemalloc) expect it: arrays made
+    through hpalloc's allocator are traced too, at the Python line that
+    called the @njit function, also from prange workers."""
+    import tracemalloc
+    make_filled(10)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        a = make_filled(N)  # the line traced
+        line = sys._getframe().f_lineno - 1
+        after = tracemalloc.take_snapshot()
+        out = parallel_sums(8, MiB // 8)
+    finally:
+        tracemalloc.stop()
+    top = after.compare_to(before, "lineno")[0]
+    assert SIZE <= top.size < SIZE * 1.015
+    assert top.traceback[0].lineno == line
+    assert (out == MiB // 8).all()
+    del a
