@@ -254,3 +254,14 @@ def test_dlpack_of_an_hpalloc_tensor(adapter, uncached):
     assert a.sum() == N + 6
     del a
     assert gone(block)
+
+
+def test_profiler_sees_hpalloc_allocations(adapter):
+    """Allocations are reported to c10's memory reporter, as c10's own
+    allocator does: torch.profiler(profile_memory=True) counts them."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        x = torch.empty(MiB, dtype=torch.float64)
+        del x
+    rows = {e.key: e for e in prof.key_averages()}
+    assert rows["aten::empty"].cpu_memory_usage >= 8 * MiB
