@@ -2,6 +2,7 @@
 torch (c10), numpy (the handler) -- in hpalloc.stats() and in what
 `hpctl stats PID` prints for a running process."""
 
+import json
 import os
 import subprocess
 import sys
@@ -52,25 +53,38 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def hpctl(*args):
+    return subprocess.run([os.path.join(BUILDDIR, "tools", "hpctl")] + list(args),
+                          capture_output=True, text=True, env=python_env())
+
+
 def published(pid, expected, deadline=10.0):
-    """{counter: value} from `hpctl stats PID` once every counter of
-    expected reaches its value (the janitor publishes every 250 ms; an
-    earlier snapshot may predate the child's last allocations), or the
-    last snapshot at the deadline."""
-    hpctl = os.path.join(BUILDDIR, "tools", "hpctl")
+    """The stats of `hpctl --json stats PID` once every counter of expected
+    reaches its value (the janitor publishes every 250 ms; an earlier
+    snapshot may predate the child's last allocations), or the last
+    snapshot at the deadline."""
     end = time.monotonic() + deadline
     while True:
-        out = subprocess.run([hpctl, "stats", str(pid)], capture_output=True,
-                             text=True, env=python_env()).stdout
-        counters = {}
-        for line in out.splitlines():
-            words = line.split()
-            if len(words) == 2 and words[1].isdigit():
-                counters[words[0]] = int(words[1])
+        proc = hpctl("--json", "stats", str(pid))
+        entries = json.loads(proc.stdout) if proc.returncode == 0 else []
+        counters = entries[0]["stats"] if entries else {}
         if all(counters.get(k, 0) >= v for k, v in expected.items()) or \
                 time.monotonic() > end:
-            return counters, out
+            return counters
         time.sleep(0.1)
+
+
+def text_stats(pid):
+    """What a person reads: every counter is in `hpctl stats --long PID`
+    (plain `hpctl stats PID` where hpctl has no --long and prints them all)."""
+    long_form = "--long" in hpctl("--help").stdout
+    out = hpctl("stats", *(["--long"] if long_form else []), str(pid)).stdout
+    counters = {}
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[1].isdigit():
+            counters[words[0]] = int(words[1])
+    return counters, out
 
 
 def test_hpctl_stats_shows_each_origin():
@@ -91,9 +105,11 @@ def test_hpctl_stats_shows_each_origin():
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
-        counters, out = published(child.pid, expected)
+        counters = published(child.pid, expected)
+        text, out = text_stats(child.pid)
     finally:
         child.stdin.close()
         child.wait(timeout=60)
     for counter, least in expected.items():
-        assert counters.get(counter, 0) >= least, out
+        assert counters.get(counter, 0) >= least, counters
+        assert text.get(counter, 0) >= least, out
