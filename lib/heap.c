@@ -266,20 +266,19 @@ static bool inherited_hugetlb(const struct hp_block *b)
 	return b->map.backend == HP_BACKEND_HUGETLB && b->fork_gen != heap_fork_gen;
 }
 
-/* Hand a block back: into the cache, or released (maybe via io_uring).
- * Without a janitor the cache decays here, on the free path. */
-static void retire_block(struct hp_block *b)
+/* hp_heap_lock held, b just taken out of the registry: into the cache or
+ * to release.c, in the same critical section, so a fork never finds it
+ * owned by nobody.  Without a janitor the cache decays here, on free.  The
+ * caller calls release_flush() once unlocked. */
+static void retire_locked(struct hp_block *b)
 {
 	uint64_t now = hp_now_ms(), deadline;
 
 	stats_block_live(b, false);
 	b->next = NULL;
-	pthread_mutex_lock(&hp_heap_lock);
 	release_adopt(inherited_hugetlb(b) ? b : cache_put(b, now));
 	if (!janitor_running())
 		release_adopt(cache_expire(now, &deadline));
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(false);
 }
 
 void heap_expire(uint64_t *next_deadline_ms)
@@ -341,9 +340,11 @@ void hp_free(void *ptr)
 	HP_ERRNO_SAVE;
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find(ptr, true);
+	if (b)
+		retire_locked(b);
 	pthread_mutex_unlock(&hp_heap_lock);
 	if (b)
-		retire_block(b);
+		release_flush(false);
 	else
 		small_free(ptr);
 	HP_ERRNO_RESTORE;
@@ -563,6 +564,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 {
 	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
 	bool to_small;
+	HP_ERRNO_SAVE; /* mremap trying in place first, then moving */
 
 	if (!b) {
 		errno = EINVAL;
@@ -577,6 +579,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	void *np = resize_in_place(b, size, ctx);
 	if (np) {
 		*out = np;
+		HP_ERRNO_RESTORE;
 		return 0;
 	}
 	np = huge_try(size, ctx, false, &to_small);
@@ -586,6 +589,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	stat_add(HP_STAT_REALLOC_COPIES, 1);
 	hp_free(ptr);
 	*out = np;
+	HP_ERRNO_RESTORE;
 	return 0;
 }
 

@@ -106,7 +106,7 @@ long os_pool_available(size_t pagesize)
 	long long free_pages = read_counter(path);
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
 	long long resv = read_counter(path);
-	if (free_pages < 0)
+	if (free_pages < 0 || resv < 0) /* unknown, not "everything free" */
 		return -1;
 	long long avail = (long long)((unsigned long long)free_pages - (unsigned long long)resv);
 	return avail > 0 ? (long)avail : 0;

@@ -68,6 +68,10 @@ static _Atomic int64_t exited_bytes, exited_blocks;
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static __thread struct small_slot *my_slot __attribute__((tls_model("initial-exec")));
+/* Set when this thread's slot was retired: thread-local destructors that
+ * run after ours (another library's, freeing hpalloc memory) count straight
+ * into what exited threads left behind, never into the freed slot. */
+static __thread bool slot_dead __attribute__((tls_model("initial-exec")));
 
 static void slot_retire(void *arg)
 {
@@ -83,6 +87,8 @@ static void slot_retire(void *arg)
 		}
 	pthread_mutex_unlock(&slots_lock);
 	free(s);
+	my_slot = NULL; /* destructors run in the exiting thread itself */
+	slot_dead = true;
 }
 
 static void slot_key_create(void)
@@ -92,7 +98,7 @@ static void slot_key_create(void)
 
 static struct small_slot *slot_get(void)
 {
-	if (likely(my_slot != NULL))
+	if (likely(my_slot != NULL) || slot_dead)
 		return my_slot;
 	struct small_slot *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -109,8 +115,11 @@ static struct small_slot *slot_get(void)
 static inline void slot_add(int64_t bytes, int64_t blocks)
 {
 	struct small_slot *s = slot_get();
-	if (!s)
+	if (unlikely(!s)) {
+		atomic_fetch_add(&exited_bytes, bytes);
+		atomic_fetch_add(&exited_blocks, blocks);
 		return;
+	}
 	/* single writer: a plain load+store, no locked instruction */
 	atomic_store_explicit(&s->bytes, atomic_load_explicit(&s->bytes, memory_order_relaxed) + bytes,
 			      memory_order_relaxed);
