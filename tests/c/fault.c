@@ -121,20 +121,6 @@ size_t fault_mapped_bytes(const void *addr, size_t len)
 	return total;
 }
 
-int fault_mapping_count(void)
-{
-	char line[512];
-	int n = 0;
-	FILE *f = fopen("/proc/self/maps", "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		n += strchr(line, '\n') != NULL;
-	fclose(f);
-	return n;
-}
-
 int fault_seccomp_no_io_uring(void)
 {
 	struct sock_filter filter[] = {

@@ -27,8 +27,6 @@ void fault_pthread_create(int err);
 
 /* Bytes of [addr, addr+len) that /proc/self/maps shows mapped. */
 size_t fault_mapped_bytes(const void *addr, size_t len);
-/* Number of mappings in /proc/self/maps. */
-int fault_mapping_count(void);
 /* Install a seccomp filter making io_uring_setup fail with EPERM (this
  * thread and its children; call in a child process).  0 or -1. */
 int fault_seccomp_no_io_uring(void);
