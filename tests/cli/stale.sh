@@ -1,0 +1,73 @@
+#!/bin/bash
+# Only proof that a process is gone may remove its published entry (and
+# with it the override files hpctl -p wrote for it).  hpctl run where it
+# cannot tell -- /proc hidden by an empty private mount, or another pid
+# namespace where the pid names some other process or none -- keeps live
+# entries, lists them, and still prunes nothing it cannot prove dead.  Where
+# it can tell, a killed process's entry is pruned.
+. "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
+
+[ -x "$KNOBWATCH" ] || { echo "knobwatch not built at $KNOBWATCH" >&2; exit 99; }
+if ! unshare --mount --propagation private true 2>/dev/null ||
+   ! unshare --pid --fork --mount-proc true 2>/dev/null; then
+	echo "SKIP: cannot create mount and pid namespaces here (needs root / CAP_SYS_ADMIN)" >&2
+	exit 77
+fi
+
+start_watch w threshold
+pid=$watch_pid
+expect 0 "$HPCTL" -p "$pid" set threshold=64M
+override=$CTL/proc/$pid/override/threshold
+[ -f "$override" ] || fail "no override file for $pid"
+ok
+
+# entry_intact WHAT: the live process's entry and override are still there.
+entry_intact() {
+	[ -f "$CTL/proc/$pid/stats" ] || fail "$1: the live process's entry was removed"
+	[ "$(cat "$override" 2>/dev/null)" = 64M ] || fail "$1: its override file was removed"
+	ok
+}
+
+# ---- /proc unreadable: an empty tmpfs over /proc in a private mount namespace
+# The sanitizer runtime reads /proc/self/maps at start-up: under it hpctl
+# cannot run at all without /proc, so that case needs a plain build.
+if [ -z "${SANITIZER_FLAGS:-}" ]; then
+	run unshare --mount --propagation private \
+		bash -c 'mount -t tmpfs none /proc && exec "$@"' - "$HPCTL" stats
+	[ "$rc" = 0 ] || fail "hpctl stats without /proc: exit $rc: $err"
+	ok
+	entry_intact "hpctl stats without /proc"
+	contains "$out" "$pid" "hpctl stats without /proc lists the live process"
+	run unshare --mount --propagation private \
+		bash -c 'mount -t tmpfs none /proc && exec "$@"' - "$HPCTL" stats "$pid"
+	[ "$rc" = 0 ] || fail "hpctl stats PID without /proc: exit $rc: $err"
+	ok
+	entry_intact "hpctl stats PID without /proc"
+else
+	echo "NOTE: sanitizer build: the no-/proc case needs a plain build (ASan reads /proc at start-up)" >&2
+fi
+
+# ---- another pid namespace (its own /proc): pid $pid is nobody there, or
+# someone else
+run unshare --pid --fork --mount-proc "$HPCTL" stats
+[ "$rc" = 0 ] || fail "hpctl stats in another pid namespace: exit $rc: $err"
+ok
+entry_intact "hpctl stats in another pid namespace"
+contains "$out" "$pid" "hpctl stats in another pid namespace lists the process"
+run unshare --pid --fork --mount-proc "$HPCTL" -p "$pid" get threshold
+entry_intact "hpctl -p PID get in another pid namespace"
+
+# ---- a dead process: no proof from another namespace, proof here ---------
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+[ -f "$CTL/proc/$pid/stats" ] || fail "a SIGKILLed process cannot clean up: its entry should still be there"
+ok
+run unshare --pid --fork --mount-proc "$HPCTL" stats
+[ -e "$CTL/proc/$pid" ] || fail "hpctl in another pid namespace pruned $pid without proof"
+ok
+expect 0 "$HPCTL" stats
+contains "$err" "pruned the entry of dead process $pid" "prune message"
+[ -e "$CTL/proc/$pid" ] && fail "entry of dead $pid not pruned"
+ok
+
+done_ok
