@@ -217,6 +217,14 @@ def check_cluster(client, expect_knobs):
         check_on_hpalloc(got, "%s array received by %s" % (kind, workers[1]))
         del sent
 
+    # Data the client scatters to a worker.
+    payload = make_payload(ARRAY, "random")
+    scattered = client.scatter(payload, workers=[workers[0]])
+    got = client.submit(report, scattered, workers=[workers[0]], pure=False,
+                        allow_other_workers=False).result(timeout=TIMEOUT)
+    check_on_hpalloc(got, "array scattered to %s" % workers[0])
+    del scattered, payload
+
     # Arrays kept alive on each worker for the counters.
     held = {w: client.submit(new_array, ARRAY, workers=[w], pure=False,
                              allow_other_workers=False) for w in workers}
