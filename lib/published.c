@@ -450,7 +450,8 @@ static int scan(int procfd, struct hp_proc_list *out)
 		}
 	}
 	closedir(dir);
-	qsort(out->procs, out->count, sizeof(*out->procs), by_pid);
+	if (out->count > 1) /* qsort(NULL, 0, ...) is undefined */
+		qsort(out->procs, out->count, sizeof(*out->procs), by_pid);
 	return 0;
 nomem:
 	closedir(dir);

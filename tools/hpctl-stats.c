@@ -197,7 +197,8 @@ static void print_table(struct hp_proc_list *l)
 	struct row r, sum = { 0 };
 	char pid[24], what[32];
 
-	qsort(l->procs, l->count, sizeof(*l->procs), by_huge_bytes);
+	if (l->count > 1) /* procs is NULL when empty */
+		qsort(l->procs, l->count, sizeof(*l->procs), by_huge_bytes);
 	printf(TABLE_HEAD, "PID", "COMMAND", "HUGETLB", "THP", "CACHED", "HIT%",
 	       "FALLBACKS", "FAILURES", "ORIGINS");
 	for (size_t i = 0; i < l->count; i++) {
@@ -282,14 +283,14 @@ int cmd_stats(struct hpctl *c)
 
 	if (c->json)
 		print_all_json(&l);
+	else if (l.count == 0 && c->argc == 0)
+		printf("no live process publishes hpalloc stats in %s/proc\n",
+		       ctl_dir_path());
 	else if (c->long_form)
 		for (size_t i = 0; i < l.count; i++)
 			print_long(&l.procs[i]);
-	else if (l.count || !c->argc)
+	else if (l.count)
 		print_table(&l);
-	if (!c->json && l.count == 0 && c->argc == 0)
-		printf("no live process publishes hpalloc stats in %s/proc\n",
-		       ctl_dir_path());
 	hp_proc_list_free(&l);
 	return rc;
 }

@@ -44,6 +44,15 @@ smaps_huge() {
 	awk '/^(AnonHugePages|Private_Hugetlb):/ { s += $2 } END { print s * 1024 }' "/proc/$1/smaps"
 }
 
+# ---- nobody publishes yet --------------------------------------------------------
+expect 0 "$HPCTL" stats
+[ "$out" = "no live process publishes hpalloc stats in $CTL/proc" ] || fail "empty: $out"
+ok
+expect 0 "$HPCTL" --json stats
+[ "$out" = "[]" ] || fail "empty --json: $out"
+expect 0 "$HPCTL" top -n 1
+contains "$out" "  total 0 processes" "empty top"
+
 # ---- three processes: 64 MiB, 8 MiB, nothing ------------------------------------
 start_holder 64M; big=$holder_pid
 start_holder 8M; small=$holder_pid
