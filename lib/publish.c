@@ -215,9 +215,11 @@ static int create_entry(int procfd, const char *name)
 	fd = openat(procfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || write_file(fd) != 0 ||
 	    renameat(procfd, tmp, procfd, name) != 0) {
+		int saved = errno; /* for the caller's message */
 		if (fd >= 0)
 			close(fd);
 		remove_tree(procfd, tmp, 2);
+		errno = saved;
 		return -1;
 	}
 	close(fd);

@@ -2,8 +2,9 @@
  *
  * hpctl is a thin adapter: every knob is validated, rendered and parsed by
  * the library (hp_knob_*), the control-directory rules come from lib/control.c
- * and the per-process file from lib/publish.c (hpctl links the library's
- * convenience archive, so their hidden helpers are reachable).
+ * (hpctl links the library's convenience archive, so its hidden helpers are
+ * reachable), and the per-process entries -- their format and when one is
+ * stale -- are read by the library (hp_proc_get / hp_proc_list).
  */
 #ifndef HPCTL_H
 #define HPCTL_H
