@@ -235,6 +235,48 @@ HP_API void hp_control_reload(void);
 
 HP_API const char *hp_version(void);
 
+/* ---- processes using hpalloc ---------------------------------------------
+ * Every process using hpalloc publishes its counters and knobs in the control
+ * directory (<dir>/proc/<pid>/stats, rewritten by its janitor when they
+ * change).  These calls read the entries back; the format, and the rule for
+ * when an entry is stale, are the library's alone.  An entry is removed only
+ * on proof, from the publisher's own pid namespace, that its process is gone
+ * (kill(pid, 0) says ESRCH, or the pid now belongs to a process with another
+ * start time); where that cannot be known (no /proc, another pid namespace)
+ * it is kept and reported with alive = -1. */
+#define HP_PROC_KNOBS_MAX 32
+#define HP_PROC_COMM_MAX 64
+struct hp_proc_knob {
+	char name[32];
+	char value[HP_KNOB_VALUE_MAX];     /* effective value, canonical     */
+	int source;                        /* enum hp_source, -1 if unknown  */
+	char rejected[HP_KNOB_ERROR_MAX];  /* last rejected input, or ""     */
+};
+struct hp_proc {
+	long pid;                       /* as the publisher sees itself      */
+	unsigned long long start_time;  /* field 22 of /proc/<pid>/stat, 0 = unknown */
+	char comm[HP_PROC_COMM_MAX];
+	int alive;                      /* 1 checked, -1 cannot be checked here */
+	uint64_t stat_mask;             /* bit s: counter s was published    */
+	struct hp_stats stats;          /* by enum hp_stat                   */
+	int nknobs;
+	struct hp_proc_knob knobs[HP_PROC_KNOBS_MAX];
+};
+/* The entry of process pid.  -1 + ENOENT: none (not using hpalloc, or
+ * another control directory); ESRCH: its process is gone (the entry was
+ * removed); EINVAL: not a valid entry. */
+HP_API int hp_proc_get(long pid, struct hp_proc *out);
+struct hp_proc_list {
+	struct hp_proc *procs;  /* sorted by pid                              */
+	size_t count;
+	long *pruned;           /* entries removed: their process is gone     */
+	size_t npruned;
+};
+/* Every valid entry; stale ones are removed on the way.  Release the list
+ * with hp_proc_list_free(). */
+HP_API int hp_proc_list(struct hp_proc_list *out);
+HP_API void hp_proc_list_free(struct hp_proc_list *list);
+
 #ifdef __cplusplus
 }
 #endif

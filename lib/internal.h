@@ -19,7 +19,8 @@
  * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
  * at a time, handed over under hp_heap_lock).
  *   control.c  control directory: secure reading, live reload
- *   publish.c  per-process stats file for hpctl
+ *   publish.c  per-process stats file: writing it (format: below)
+ *   published.c  reading those files back (hp_proc_*), when one is stale
  */
 #ifndef HP_INTERNAL_H
 #define HP_INTERNAL_H
@@ -267,9 +268,37 @@ HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
 HP_HIDDEN void publish_fork(int phase);
 HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
-HP_HIDDEN int publish_start_time(pid_t pid, unsigned long long *out);
 /* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
 HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);
+
+/* ---- the per-process entry: publish.c writes it, published.c reads it --------
+ * <control dir>/proc/<pid>/stats, at most PUB_MAX bytes, replaced atomically.
+ * One record per line, fields separated by one space, the last field of a
+ * line running to its end:
+ *
+ *   hpalloc-stats 1
+ *   pid <pid>                              (as the process sees itself)
+ *   comm <command name>
+ *   start_time <field 22 of /proc/<pid>/stat, 0 if unknown>
+ *   pidns <st_dev> <st_ino>                (of /proc/self/ns/pid; absent if unknown)
+ *   stat <hp_stat_name> <value>            (every counter)
+ *   knob <name> <value> <source>           (every knob, effective value)
+ *   rejected <name> <reason>               (knobs with a rejected input)
+ *
+ * Readers ignore records they do not know, so records can be added. */
+#define PUB_MAGIC "hpalloc-stats 1\n"
+#define PUB_MAX 16384
+struct pub_ns { unsigned long long dev, ino; }; /* identifies a pid namespace */
+struct published_entry {
+	struct hp_proc p;
+	bool has_ns;
+	struct pub_ns ns;  /* the publisher's pid namespace */
+};
+/* Our pid namespace, from /proc/self/ns/pid; -1 without /proc. */
+HP_HIDDEN int published_pidns_self(struct pub_ns *out);
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
+HP_HIDDEN int published_start_time(pid_t pid, unsigned long long *out);
+/* Parse proc/<pid>/stats below piddir (no judgement); -1 + errno. */
+HP_HIDDEN int published_read(int piddir, struct published_entry *e);
 
 #endif

@@ -82,26 +82,21 @@ static void print_value(struct json *j, bool json, const char *name,
 
 static int get_of_process(struct hpctl *c)
 {
-	static struct published pub;
+	static struct hp_proc proc;
 	struct json j;
-	int fd = ctl_proc_open(c->pid);
 
-	if (published_read(fd, &pub) != 0) {
-		close(fd);
-		warnx("cannot read the stats of process %ld", (long)c->pid);
+	if (ctl_proc_lookup(c->pid, &proc) != 0)
 		return EXIT_RUNTIME;
-	}
-	close(fd);
 	json_begin(&j, stdout);
 	if (c->json)
 		json_obj(&j, NULL);
-	for (int k = 0; k < pub.nknobs; k++) {
+	for (int k = 0; k < proc.nknobs; k++) {
 		bool wanted = c->argc == 0;
 		for (int i = 0; i < c->argc; i++)
-			wanted |= !strcmp(c->argv[i], pub.knobs[k].name);
+			wanted |= !strcmp(c->argv[i], proc.knobs[k].name);
 		if (wanted)
-			print_value(&j, c->json, pub.knobs[k].name,
-				    pub.knobs[k].value);
+			print_value(&j, c->json, proc.knobs[k].name,
+				    proc.knobs[k].value);
 	}
 	if (c->json) {
 		json_end_obj(&j);
