@@ -14,13 +14,13 @@
  *   stats.c    counters
  *   smaps.c    what the kernel says (/proc/self/smaps)
  *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
+ *   control.c  control directory: secure reading, live reload
+ *   publish.c  per-process stats file: writing it (format: below)
+ *   published.c  reading those files back (hp_proc_*), when one is stale
  *
  * Who may touch a huge block when: see the top of release.c (live in
  * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
  * at a time, handed over under hp_heap_lock).
- *   control.c  control directory: secure reading, live reload
- *   publish.c  per-process stats file: writing it (format: below)
- *   published.c  reading those files back (hp_proc_*), when one is stale
  */
 #ifndef HP_INTERNAL_H
 #define HP_INTERNAL_H
