@@ -15,16 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* One KNOB=VALUE of a command line, validated. */
-struct assignment {
-	int knob;
-	char name[64];
-	char canon[HP_KNOB_VALUE_MAX];
-};
-
 /* Validate every KNOB=VALUE before anything happens: all errors are
  * reported, then exit 2 if there was any. */
-static struct assignment *parse_assignments(int argc, char **argv)
+struct assignment *parse_assignments(int argc, char **argv)
 {
 	struct assignment *as = calloc((size_t)argc + 1, sizeof(*as));
 	char err[HP_KNOB_ERROR_MAX];
@@ -272,59 +265,6 @@ void print_effective_knobs_json(struct json *j, const char *key)
 		json_end_obj(j);
 	}
 	json_end_obj(j);
-}
-
-/* ---- run ------------------------------------------------------------------------ */
-
-/* Installed Python package location (configure's pyexecdir): put it on
- * PYTHONPATH when the package is there, in case that directory is not on
- * the interpreter's default path (a custom --prefix). */
-static void add_python_path(void)
-{
-#ifdef HPCTL_PYEXECDIR
-	const char *dir = HPCTL_PYEXECDIR, *old = getenv("PYTHONPATH");
-	char pkg[4096], *val;
-	struct stat st;
-
-	snprintf(pkg, sizeof(pkg), "%s/hpalloc", dir);
-	if (stat(pkg, &st) != 0 || !S_ISDIR(st.st_mode))
-		return;
-	if (old && *old) {
-		size_t n = strlen(dir) + strlen(old) + 2;
-		val = malloc(n);
-		if (!val)
-			return;
-		snprintf(val, n, "%s:%s", dir, old);
-		setenv("PYTHONPATH", val, 1);
-		free(val);
-	} else {
-		setenv("PYTHONPATH", dir, 1);
-	}
-#endif
-}
-
-int cmd_run(struct hpctl *c)
-{
-	struct assignment *as = parse_assignments(c->argc, c->argv);
-
-	if (c->cmd_argc == 0) {
-		free(as);
-		die_usage("run needs a COMMAND (hpctl run [KNOB=VALUE...] -- COMMAND...)");
-	}
-	for (int i = 0; i < c->argc; i++) {
-		char var[80];
-		int n = snprintf(var, sizeof(var), "HPALLOC_%s", as[i].name);
-		for (int p = 8; p < n; p++)
-			var[p] = (char)toupper((unsigned char)var[p]);
-		setenv(var, as[i].canon, 1);
-	}
-	free(as);
-	setenv("HPALLOC_NUMPY", "1", 1);
-	add_python_path();
-	fflush(stdout);
-	execvp(c->cmd_argv[0], c->cmd_argv);
-	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
-	return EXIT_RUNTIME;
 }
 
 /* ---- completion helpers ------------------------------------------------------------ */

@@ -37,9 +37,10 @@ static const char usage_text[] =
 	"  top [-d SECONDS] [-n COUNT]\n"
 	"                            the stats table, redrawn every second (-d) until\n"
 	"                            interrupted (or COUNT times)\n"
-	"  run [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
+	"  run [--check] [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
 	"                            run COMMAND with hpalloc backing NumPy and these\n"
-	"                            knobs for that process alone\n"
+	"                            knobs for that process alone; --check: exit 1\n"
+	"                            if no process of COMMAND activated hpalloc\n"
 	"\n"
 	"Options:\n"
 	"  --json                    machine-readable output\n"
@@ -174,6 +175,12 @@ static int global_option(struct hpctl *c, int argc, char **argv, int i)
  * word that is not KNOB=VALUE). */
 static void split_run(struct hpctl *c, int argc, char **argv, int i)
 {
+	for (; i < argc && !strncmp(argv[i], "--", 2) && argv[i][2]; i++) {
+		if (!strcmp(argv[i], "--check"))
+			c->run_check = true;
+		else
+			die_usage("run: unknown option '%s'", argv[i]);
+	}
 	c->argv = argv + i;
 	c->argc = 0;
 	while (i < argc && strcmp(argv[i], "--") != 0 && strchr(argv[i], '=')) {

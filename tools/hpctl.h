@@ -26,6 +26,7 @@ struct hpctl {
 	int argc;           /* positional arguments after the subcommand */
 	char **argv;
 	int cmd_argc;       /* run: the command after "--" (or after knobs) */
+	bool run_check;     /* run --check */
 	char **cmd_argv;
 };
 
@@ -36,6 +37,15 @@ void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warn_unknown_knob(const char *name);
 /* Knob index of name, or exit 2 naming the known knobs. */
 int knob_or_die(const char *name);
+/* One KNOB=VALUE of a command line, validated (hpctl-knobs.c). */
+struct assignment {
+	int knob;
+	char name[64];
+	char canon[HP_KNOB_VALUE_MAX];
+};
+/* Every KNOB=VALUE validated before anything happens: all errors are
+ * reported, then exit 2 if there was any.  Free the array. */
+struct assignment *parse_assignments(int argc, char **argv);
 
 /* hpctl-json.c: a tiny streaming JSON writer (commas and escaping). */
 struct json {

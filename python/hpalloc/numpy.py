@@ -31,7 +31,12 @@ from . import _hpalloc
 try:  # NumPy 2.x
     from numpy._core.multiarray import get_handler_name, get_handler_version
 except ImportError:  # NumPy 1.22 - 1.26
-    from numpy.core.multiarray import get_handler_name, get_handler_version
+    try:
+        from numpy.core.multiarray import get_handler_name, get_handler_version
+    except ImportError:
+        raise ImportError("NumPy %s is too old for hpalloc: its data-memory "
+                          "handler (NEP 49) needs NumPy >= 1.22"
+                          % getattr(_np, "__version__", "?")) from None
 
 __all__ = ["install", "uninstall", "installed", "enabled", "empty", "zeros",
            "backing", "get_handler_name", "get_handler_version",

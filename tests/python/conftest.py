@@ -29,6 +29,17 @@ import numpy as np  # noqa: E402
 import hpalloc  # noqa: E402
 import hpalloc.numpy  # noqa: E402
 
+if INPLACE and not os.path.abspath(hpalloc.__file__).startswith(
+        os.path.join(os.path.abspath(INPLACE), "hpalloc")):
+    # a copy installed on the machine was imported before ours: the tests
+    # would test it, not this tree
+    raise ImportError("the tests must import %s, got %s" % (INPLACE, hpalloc.__file__))
+
+
+def pytest_report_header(config):
+    return "hpalloc under test: %s (library %s)" % (
+        os.path.dirname(hpalloc.__file__), hpalloc.__version__)
+
 GiB = 1 << 30
 MiB = 1 << 20
 HUGEPAGES = "/sys/kernel/mm/hugepages"
@@ -150,6 +161,9 @@ def python_env(**extra):
     if INPLACE:
         env["PYTHONPATH"] = os.pathsep.join(
             [INPLACE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        # `hpctl run` started by a test activates this tree's package, not
+        # a copy installed on the machine (tools/hpctl-run.c)
+        env["HPALLOC_PYTHON_DIR"] = INPLACE
     env.update(extra)
     return env
 
@@ -179,6 +193,6 @@ def user_site(tmp_path):
     if enabled != "True":
         pytest.skip("this interpreter disables the user site directory")
     os.makedirs(path)
-    for name in ("hpalloc", "hpalloc-numpy.pth"):
+    for name in os.listdir(INPLACE):  # the package, hpalloc_activate, the .pth
         os.symlink(os.path.join(INPLACE, name), os.path.join(path, name))
     return env
