@@ -608,13 +608,15 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 	struct hp_block *b = reg_find_containing(ptr);
 	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
 	pthread_mutex_unlock(&hp_heap_lock);
+	bool found = b || shared_lookup(ptr, &m);
 	int rc;
-	if (!b) { /* libc memory, maybe not even ours: read no header, report the page */
+	if (!found) { /* libc memory, maybe not even ours: read no header, report the page */
 		rc = hp_kernel_backing(ptr, 1, &out->kernel);
 	} else {
 		out->backend = m.backend;
 		out->usable_size = out->mapping_size = m.len;
-		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize : HP_THP_SIZE;
+		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize :
+					   m.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
 		rc = hp_kernel_backing(m.addr, m.len, &out->kernel);
 	}
 	if (rc == 0)

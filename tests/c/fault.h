@@ -30,6 +30,8 @@ size_t fault_mapped_bytes(const void *addr, size_t len);
 /* Install a seccomp filter making io_uring_setup fail with EPERM (this
  * thread and its children; call in a child process).  0 or -1. */
 int fault_seccomp_no_io_uring(void);
+/* Same for any system call number (returning err). */
+int fault_seccomp_refuse(long nr, int err);
 /* Read / write a one-number sysctl file; -1 on error. */
 long fault_sysctl_read(const char *path);
 int fault_sysctl_write(const char *path, long value);
