@@ -16,7 +16,7 @@
  * in the shared submission ring: the kernel takes them with the next
  * io_uring_enter.  So a failed submit only means "submit again later": the
  * ring is marked backlogged, the janitor retries, and release.c sends new
- * blocks the synchronous way meanwhile.  Completions are never dropped: the
+ * blocks the synchronous way meanwhile.  A partial submit is the same.  Completions are never dropped: the
  * probe requires IORING_FEAT_NODROP (an overflowing completion queue is
  * kept by the kernel and flushed as the janitor reaps).
  *
@@ -126,13 +126,20 @@ void ring_start(void)
 }
 
 #ifdef HAVE_LIBURING
-/* sq_lock held.  A failed submit keeps the entries queued: retry later. */
+/* sq_lock held.  A failed submit keeps the entries queued: retry later.
+ * So does a partial one (the kernel stops taking entries when it cannot
+ * allocate a request and returns how many it took): what it left is still
+ * prepared, and only a later submit hands it over. */
 static void submit_locked(void)
 {
 	int rc = io_uring_submit(&ring);
-	atomic_store_explicit(&backlogged, rc < 0, memory_order_relaxed);
+	bool left = rc < 0 || io_uring_sq_ready(&ring) > 0;
+	atomic_store_explicit(&backlogged, left, memory_order_relaxed);
 	if (rc < 0)
 		hp_log(2, "io_uring_submit: %s: retrying from the janitor", strerror(-rc));
+	else if (left)
+		hp_log(2, "io_uring_submit took %d entries, %u left: retrying from the janitor", rc,
+		       io_uring_sq_ready(&ring));
 }
 #endif
 

@@ -17,7 +17,7 @@
 #include <sys/syscall.h>
 #include <liburing.h>
 
-static _Atomic int submit_err, submit_times, submit_failed;
+static _Atomic int submit_err, submit_times, submit_failed, partial_times;
 static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
 static _Atomic int pthread_err;
@@ -26,6 +26,23 @@ void fault_submit(int err, int times)
 {
 	atomic_store(&submit_times, times);
 	atomic_store(&submit_err, err);
+}
+
+void fault_submit_partial(int times)
+{
+	atomic_store(&partial_times, times);
+}
+
+/* What liburing's submit does, but with to_submit = 1: the kernel takes the
+ * first entry and leaves the others queued behind the head it publishes. */
+static int submit_one(struct io_uring *ring)
+{
+	struct io_uring_sq *sq = &ring->sq;
+	if (sq->sqe_head != sq->sqe_tail) {
+		sq->sqe_head = sq->sqe_tail;
+		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	}
+	return io_uring_enter((unsigned)ring->ring_fd, 1, 0, 0, NULL);
 }
 
 int fault_submit_failures(void)
@@ -67,6 +84,8 @@ int io_uring_submit(struct io_uring *ring)
 		atomic_fetch_add(&submit_failed, 1);
 		return -err;
 	}
+	if (io_uring_sq_ready(ring) > 1 && atomic_fetch_sub(&partial_times, 1) > 0)
+		return submit_one(ring);
 	if (!real)
 		real = (int (*)(struct io_uring *))next("io_uring_submit");
 	return real(ring);
