@@ -15,11 +15,14 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <liburing.h>
 
 static _Atomic int submit_err, submit_times, submit_failed, partial_times;
 static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
+static _Atomic int ring_inits;
+static _Atomic unsigned init_pause_ms;
 static _Atomic int pthread_err;
 
 void fault_submit(int err, int times)
@@ -58,6 +61,16 @@ void fault_queue_init(int err)
 void fault_ring_entries(unsigned entries)
 {
 	atomic_store(&ring_entries, entries);
+}
+
+int fault_ring_inits(void)
+{
+	return atomic_load(&ring_inits);
+}
+
+void fault_ring_init_pause(unsigned ms)
+{
+	atomic_store(&init_pause_ms, ms);
 }
 
 void fault_pthread_create(int err)
@@ -101,7 +114,17 @@ int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
 		return -err;
 	if (!real)
 		real = (int (*)(unsigned, struct io_uring *, unsigned))next("io_uring_queue_init");
-	return real(want ? want : entries, ring, flags);
+	int rc = real(want ? want : entries, ring, flags);
+	unsigned pause = atomic_load(&init_pause_ms);
+	if (rc == 0) {
+		atomic_fetch_add(&ring_inits, 1);
+		if (pause) {
+			struct timespec ts = {.tv_sec = pause / 1000,
+					      .tv_nsec = (long)(pause % 1000) * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return rc;
 }
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);

@@ -26,6 +26,10 @@ void fault_submit_partial(int times);
 /* io_uring_queue_init: -err (0: real), or the real one with `entries`. */
 void fault_queue_init(int err);
 void fault_ring_entries(unsigned entries);
+/* io_uring_queue_init rings set up so far in this process; the real one
+ * pauses ms milliseconds after setting a ring up (a window for fork). */
+int fault_ring_inits(void);
+void fault_ring_init_pause(unsigned ms);
 /* pthread_create returns err (0: real). */
 void fault_pthread_create(int err);
 
