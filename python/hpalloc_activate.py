@@ -87,9 +87,14 @@ def _install(adapter, installer):
 class _AfterImport(importlib.abc.Loader):
     """The real loader, then the adapters waiting for this module."""
 
-    def __init__(self, loader, adapters):
+    def __init__(self, loader, trigger):
         self._loader = loader
-        self._adapters = adapters
+        self._trigger = trigger
+
+    def __getattr__(self, name):  # is_package, get_filename... of a spec
+        if name == "_loader":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self._loader, name)
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -100,15 +105,26 @@ class _AfterImport(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
-        for adapter, installer in self._adapters:
+        for adapter, installer in self._trigger.loaded(module.__name__):
             _install(adapter, installer)
 
 
 class _Trigger(importlib.abc.MetaPathFinder):
-    """Spots the first import of a trigger module (sys.meta_path[0])."""
+    """Spots the first import of a trigger module (sys.meta_path[0]).
+
+    A spec is not an import: importlib.util.find_spec("numpy") (how many
+    programs test for an optional package) asks for one and never runs it.
+    So the adapters wait until a loader really executes the module."""
 
     def __init__(self):
         self.pending = {}  # module -> [(adapter, installer)]
+
+    def loaded(self, name):
+        """The adapters of name, once: name has just been executed."""
+        adapters = self.pending.pop(name, [])
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return adapters
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.pending:
@@ -124,9 +140,7 @@ class _Trigger(importlib.abc.MetaPathFinder):
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _AfterImport(spec.loader, self.pending.pop(name))
-        if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)
+        spec.loader = _AfterImport(spec.loader, self)
         return spec
 
 
