@@ -8,7 +8,10 @@ Failed on main before the fixes:
                  package) consumed the hook: the real import later was not
                  seen, hpalloc never activated, --check exited 1;
   spec_loader    the spec's loader was a wrapper without is_package() /
-                 get_filename(): AttributeError in the program."""
+                 get_filename(): AttributeError in the program;
+  thread         NumPy first imported in a worker thread: hpalloc selected in
+                 that thread only, the main thread stayed on NumPy's default
+                 allocator while --check said it was active."""
 
 import os
 import subprocess
@@ -31,6 +34,12 @@ CASES = {
         spec = importlib.util.find_spec("numpy")
         assert spec.loader.is_package("numpy")
         assert spec.loader.get_filename("numpy").endswith("__init__.py")
+    """,
+    "thread": """
+        import threading
+        t = threading.Thread(target=__import__, args=("numpy",))
+        t.start()
+        t.join()
     """,
     "submodule": """
         import numpy.linalg
