@@ -580,6 +580,8 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 		fail_enomem();
 		return -1;
 	}
+	if (size == 0)
+		size = 1; /* forced: a block of one byte, as hp_huge_alloc() gives */
 	void *np = resize_in_place(b, size, ctx);
 	if (np) {
 		*out = np;
