@@ -5,25 +5,12 @@
  * counters: on main before the fix both left errno at 0.  The shared-block
  * calls are checked alongside.  Each case is a fresh process. */
 #include "harness.h"
+#include "keeps_errno.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#define SENTINEL 12345
-
-static int failures;
-
-#define KEEPS(call)                                                                 \
-	do {                                                                        \
-		errno = SENTINEL;                                                   \
-		call;                                                               \
-		if (errno != SENTINEL) {                                            \
-			fprintf(stderr, "FAIL: %s changed errno to %d (%s)\n", #call, errno, \
-				strerror(errno));                                   \
-			failures++;                                                 \
-		}                                                                   \
-	} while (0)
 
 static int child_ctx_first(void)
 {
@@ -34,7 +21,7 @@ static int child_ctx_first(void)
 		return 77;
 	}
 	KEEPS(ctx = hp_ctx(HP_ORIGIN_NUMPY, 0));
-	return failures ? 1 : 0;
+	return keeps_errno_failures ? 1 : 0;
 }
 
 static int child_malloc_pagesize(void)
@@ -49,7 +36,7 @@ static int child_malloc_pagesize(void)
 	if (!p)
 		return 2;
 	KEEPS(hp_free(p));
-	return failures ? 1 : 0;
+	return keeps_errno_failures ? 1 : 0;
 }
 
 static int child_shared(void)
@@ -70,7 +57,7 @@ static int child_shared(void)
 		return 2;
 	KEEPS(hp_shared_free(q));
 	KEEPS(hp_shared_free(p));
-	return failures ? 1 : 0;
+	return keeps_errno_failures ? 1 : 0;
 }
 
 static const struct harness_child_case children[] = {
