@@ -585,8 +585,10 @@ void control_fork(int phase)
 
 void hp_control_reload(void)
 {
+	HP_ERRNO_SAVE;
 	hp_init();
 	pthread_mutex_lock(&C.lock);
 	control_poll_locked(true);
 	pthread_mutex_unlock(&C.lock);
+	HP_ERRNO_RESTORE;
 }

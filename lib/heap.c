@@ -13,6 +13,12 @@
 
 pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Bumped in a forked child: hugetlb blocks mapped before the fork carry an
+ * older generation.  Their pool reservation stayed with the parent, so the
+ * child releases them when they are freed instead of caching them (a reuse
+ * would fault a pool page nobody reserved: SIGBUS). */
+static unsigned heap_fork_gen;
+
 static void *fail_enomem(void)
 {
 	stat_add(HP_STAT_FAILURES, 1);
@@ -80,7 +86,14 @@ struct hp_ctx {
 	size_t pagesize;
 };
 #define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
-static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES];
+/* Filled in here, never written after: hp_ctx() is called from whichever
+ * thread allocates first while other threads read the same context. */
+#define CTX_ROW(o) {{(o), 0}, {(o), 2 * HP_MiB}, {(o), HP_GiB}}
+static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
+	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
+	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
+};
+_Static_assert(HP_ORIGIN_COUNT == 6, "a CTX_ROW for every origin");
 
 static inline bool forced(const struct hp_ctx *ctx)
 {
@@ -152,6 +165,7 @@ static struct hp_block *new_block(struct plan p, size_t size)
 		return NULL;
 	}
 	b->map = m;
+	b->fork_gen = heap_fork_gen;
 	stat_add(HP_STAT_MAPPED_BYTES, m.len);
 	return b;
 }
@@ -166,11 +180,13 @@ static struct hp_block *new_block_reclaiming(struct plan p, size_t size)
 		return b;
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *cached = cache_take_backend(HP_BACKEND_HUGETLB);
+	release_adopt(cached);
 	pthread_mutex_unlock(&hp_heap_lock);
-	bool pending = release_pending();
-	if (!cached && !pending)
-		return NULL;
-	release_blocks_now(cached);
+	/* Every block that left the heap before this point is on release.c's
+	 * lists (handed over under the lock): releasing those and waiting for
+	 * them is enough.  Try again even if none is left: the last one may
+	 * have gone between the failed mmap and this look. */
+	release_flush(true);
 	release_drain();
 	return new_block(p, size);
 }
@@ -222,6 +238,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
  * decides whose ordinary path), else ENOMEM. */
 static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 {
+	HP_ERRNO_SAVE; /* pool probes and fallbacks leave theirs */
 	bool cached;
 
 	*to_small = false;
@@ -239,6 +256,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
 		memset(b->map.addr, 0, size);
 	b->origin = origin_of(ctx);
+	HP_ERRNO_RESTORE;
 	return publish_block(b);
 }
 
@@ -249,14 +267,45 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 	return to_small ? small_alloc(size, zero) : p;
 }
 
-/* Hand a block back: into the cache, or released (maybe via io_uring). */
-static void retire_block(struct hp_block *b)
+/* A hugetlb block mapped before this process was forked: not ours to reuse. */
+static bool inherited_hugetlb(const struct hp_block *b)
 {
+	return b->map.backend == HP_BACKEND_HUGETLB && b->fork_gen != heap_fork_gen;
+}
+
+/* hp_heap_lock held, b just taken out of the registry: into the cache or
+ * to release.c, in the same critical section, so a fork never finds it
+ * owned by nobody.  Without a janitor the cache decays here, on free.  The
+ * caller calls release_flush() once unlocked. */
+static void retire_locked(struct hp_block *b)
+{
+	uint64_t now = hp_now_ms(), deadline;
+
 	stats_block_live(b, false);
+	b->next = NULL;
+	release_adopt(inherited_hugetlb(b) ? b : cache_put(b, now));
+	if (!janitor_running())
+		release_adopt(cache_expire(now, &deadline));
+}
+
+void heap_expire(uint64_t *next_deadline_ms)
+{
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *out = cache_put(b, hp_now_ms());
+	release_adopt(cache_expire(hp_now_ms(), next_deadline_ms));
 	pthread_mutex_unlock(&hp_heap_lock);
-	release_blocks(out);
+	release_flush(false);
+}
+
+/* The child keeps the parent's live blocks (the program may still use and
+ * free them) but drops cached hugetlb ones: see heap_fork_gen. */
+void heap_fork(int phase)
+{
+	fork_mutex(&hp_heap_lock, phase);
+	if (phase != FORK_CHILD)
+		return;
+	heap_fork_gen++;
+	release_adopt(cache_take_backend(HP_BACKEND_HUGETLB));
+	release_flush(true); /* no janitor, no ring in the child yet */
 }
 
 static inline bool wants_huge(size_t size)
@@ -295,13 +344,17 @@ void hp_free(void *ptr)
 		small_free(ptr);
 		return;
 	}
+	HP_ERRNO_SAVE;
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find(ptr, true);
+	if (b)
+		retire_locked(b);
 	pthread_mutex_unlock(&hp_heap_lock);
 	if (b)
-		retire_block(b);
+		release_flush(false);
 	else
 		small_free(ptr);
+	HP_ERRNO_RESTORE;
 }
 
 void hp_free_sized(void *ptr, size_t size)
@@ -403,7 +456,11 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 
 void *hp_realloc(void *ptr, size_t size)
 {
-	return realloc_ctx(ptr, size, NULL);
+	HP_ERRNO_SAVE;
+	void *p = realloc_ctx(ptr, size, NULL);
+	if (p)
+		HP_ERRNO_RESTORE;
+	return p;
 }
 
 void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
@@ -428,10 +485,7 @@ void *hp_ctx(int origin, size_t pagesize)
 		errno = EINVAL;
 		return NULL;
 	}
-	struct hp_ctx *c = &contexts[origin][slot];
-	c->origin = origin; /* idempotent: the same values from every thread */
-	c->pagesize = pagesize;
-	return c;
+	return &contexts[origin][slot];
 }
 
 void *hp_ctx_pagesize(size_t pagesize)
@@ -464,7 +518,11 @@ void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
 
 void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size)
 {
-	return realloc_ctx(ptr, new_size, ctx);
+	HP_ERRNO_SAVE;
+	void *p = realloc_ctx(ptr, new_size, ctx);
+	if (p)
+		HP_ERRNO_RESTORE;
+	return p;
 }
 
 void hp_ctx_free(void *ctx, void *ptr, size_t size)
@@ -510,6 +568,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 {
 	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
 	bool to_small;
+	HP_ERRNO_SAVE; /* mremap trying in place first, then moving */
 
 	if (!b) {
 		errno = EINVAL;
@@ -521,9 +580,12 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 		fail_enomem();
 		return -1;
 	}
+	if (size == 0)
+		size = 1; /* forced: a block of one byte, as hp_huge_alloc() gives */
 	void *np = resize_in_place(b, size, ctx);
 	if (np) {
 		*out = np;
+		HP_ERRNO_RESTORE;
 		return 0;
 	}
 	np = huge_try(size, ctx, false, &to_small);
@@ -533,6 +595,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	stat_add(HP_STAT_REALLOC_COPIES, 1);
 	hp_free(ptr);
 	*out = np;
+	HP_ERRNO_RESTORE;
 	return 0;
 }
 
@@ -544,25 +607,36 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 		errno = EINVAL;
 		return -1;
 	}
+	HP_ERRNO_SAVE;
 	hp_init();
 	*out = (struct hp_backing){.backend = HP_BACKEND_SMALL, .requested_page_size = HP_BASE_PAGE};
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find_containing(ptr);
 	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
 	pthread_mutex_unlock(&hp_heap_lock);
-	if (!b) /* libc memory, maybe not even ours: read no header, report the page */
-		return hp_kernel_backing(ptr, 1, &out->kernel);
-	out->backend = m.backend;
-	out->usable_size = out->mapping_size = m.len;
-	out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize : HP_THP_SIZE;
-	return hp_kernel_backing(m.addr, m.len, &out->kernel);
+	bool found = b || shared_lookup(ptr, &m);
+	int rc;
+	if (!found) { /* libc memory, maybe not even ours: read no header, report the page */
+		rc = hp_kernel_backing(ptr, 1, &out->kernel);
+	} else {
+		out->backend = m.backend;
+		out->usable_size = out->mapping_size = m.len;
+		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize :
+					   m.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
+		rc = hp_kernel_backing(m.addr, m.len, &out->kernel);
+	}
+	if (rc == 0)
+		HP_ERRNO_RESTORE;
+	return rc;
 }
 
 void hp_cache_flush(void)
 {
+	HP_ERRNO_SAVE;
 	hp_init();
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *out = cache_take_all();
+	release_adopt(cache_take_all());
 	pthread_mutex_unlock(&hp_heap_lock);
-	release_blocks(out);
+	release_flush(false);
+	HP_ERRNO_RESTORE;
 }

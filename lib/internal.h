@@ -6,18 +6,29 @@
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
- *   release.c  giving pages back: io_uring or synchronous; the janitor thread
+ *   release.c  blocks on their way back to the kernel: who owns them, which
+ *              way they go (ring or synchronous), drain
+ *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
+ *   janitor.c  the background thread and its schedule: reaping, decay,
+ *              control polling, stats publishing
  *   stats.c    counters
  *   smaps.c    what the kernel says (/proc/self/smaps)
- *   lifecycle.c  lazy init, fork handlers, exit
+ *   shared.c   shared blocks: memfd huge pages other processes map
+ *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
  *   control.c  control directory: secure reading, live reload
- *   publish.c  per-process stats file for hpctl
+ *   publish.c  per-process stats file: writing it (format: below)
+ *   published.c  reading those files back (hp_proc_*), when one is stale
+ *
+ * Who may touch a huge block when: see the top of release.c (live in
+ * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
+ * at a time, handed over under hp_heap_lock).
  */
 #ifndef HP_INTERNAL_H
 #define HP_INTERNAL_H
 
 #include "hpalloc.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,6 +47,12 @@
 #define HP_BASE_PAGE ((size_t)4096)
 
 static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* Successful calls leave errno as they found it: public functions whose
+ * work may set errno on the way (probes, fallbacks, lazy init) save it on
+ * entry and put it back before a successful return. */
+#define HP_ERRNO_SAVE const int hp_saved_errno_ = errno
+#define HP_ERRNO_RESTORE (errno = hp_saved_errno_)
 
 /* ---- knobs.c ---------------------------------------------------------- */
 enum hp_knob_id {
@@ -107,12 +124,14 @@ struct hp_block {
 	struct hp_map map;
 	size_t size;              /* usable size handed out            */
 	bool dirty;               /* pages may hold old data           */
-	bool unmapping;           /* release done, munmap under way    */
 	int origin;               /* enum hp_origin, for the stats     */
+	unsigned fork_gen;        /* heap_fork_gen when it was mapped  */
+	int release_state;        /* release.c's, while it releases it */
+	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	struct hp_block *hnext;   /* registry hash chain               */
-	struct hp_block *prev, *next; /* cache bucket / LRU / release list */
-	struct hp_block *lru_prev, *lru_next;
+	struct hp_block *prev, *next; /* cache bucket; release hand-off   */
+	struct hp_block *lru_prev, *lru_next; /* cache LRU; in-ring list */
 	int bucket;
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
@@ -133,19 +152,44 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 HP_HIDDEN struct hp_block *cache_take_all(void);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
+/* ---- shared.c ---------------------------------------------------------------- */
+/* The shared block containing addr, as a mapping (for hp_backing). */
+HP_HIDDEN bool shared_lookup(const void *addr, struct hp_map *out);
+
+/* ---- heap.c (for the janitor) ------------------------------------------------- */
+/* Release cached blocks past their decay; *next_deadline_ms for the next. */
+HP_HIDDEN void heap_expire(uint64_t *next_deadline_ms);
+
 /* ---- release.c ------------------------------------------------------------------ */
-/* Give a list (linked by ->next) of blocks back to the kernel and free the
- * records: via io_uring when enabled and available, else synchronously. */
-HP_HIDDEN void release_blocks(struct hp_block *list);
-HP_HIDDEN void release_drain(void);
-HP_HIDDEN bool release_pending(void);      /* releases in flight */
-HP_HIDDEN void release_blocks_now(struct hp_block *list); /* synchronously */
-HP_HIDDEN bool release_uring_available(void);
+/* Take a list (linked by ->next) of blocks that just left the registry or
+ * the cache; call with hp_heap_lock held, so no fork ever finds a block
+ * owned by nobody.  release_flush() then sends every adopted block on its
+ * way (sync: never through the ring). */
+HP_HIDDEN void release_adopt(struct hp_block *list);
+HP_HIDDEN void release_flush(bool sync);
+HP_HIDDEN void release_drain(void);        /* until nothing is releasing */
+HP_HIDDEN bool release_busy(void);         /* something is releasing */
+HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
+
+/* ---- ring.c --------------------------------------------------------------------- */
+/* Can this process release through io_uring?  The one probe, used by the
+ * janitor's setup and by `hpctl status`; why says what it found. */
+HP_HIDDEN bool ring_probe(char *why, size_t len);
+HP_HIDDEN void ring_start(void);           /* janitor: set up and publish */
+HP_HIDDEN bool ring_ready(void);
+HP_HIDDEN bool ring_backlogged(void);      /* a submit failed: retry pending */
+HP_HIDDEN size_t ring_chunks(size_t len);  /* entries a block of len needs */
+/* rel_lock held: prepare and submit b's entries; false if none could be
+ * prepared (no room, backlog), b untouched. */
+HP_HIDDEN bool ring_queue(struct hp_block *b);
+HP_HIDDEN void ring_retry(void);           /* janitor: submit a backlog */
+HP_HIDDEN void ring_wait(uint64_t timeout_ms); /* janitor: wait, reap */
+HP_HIDDEN void ring_wake(void);            /* a NOP for the waiting janitor */
+
+/* ---- janitor.c ------------------------------------------------------------------ */
 HP_HIDDEN void janitor_start(void);
+HP_HIDDEN bool janitor_running(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline etc. */
-HP_HIDDEN void release_prepare_fork(void);
-HP_HIDDEN void release_parent_after_fork(void);
-HP_HIDDEN void release_child_after_fork(void);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
@@ -161,9 +205,13 @@ HP_HIDDEN void stats_live_add(int backend, size_t bytes);
 HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
 HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
 
-/* ---- fork: every module with a lock takes it before fork, in the order
- * the code nests them (init > control > publish > knobs > heap > release >
- * stats), and the child starts with fresh locks. */
+/* ---- fork: one convention for every module.  Each module with state that
+ * fork can tear has a hook `<module>_fork(int phase)`: FORK_PREPARE takes
+ * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
+ * repairs its state for a process with one thread.  lifecycle.c calls the
+ * hooks from one table, in the order the code nests the locks (init >
+ * control+publish > knobs > heap > release > ring > janitor > stats), the
+ * parent and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
 {
@@ -175,6 +223,11 @@ static inline void fork_mutex(pthread_mutex_t *m, int phase)
 		pthread_mutex_init(m, NULL);
 }
 HP_HIDDEN void knobs_fork(int phase);
+HP_HIDDEN void heap_fork(int phase);
+HP_HIDDEN void shared_fork(int phase);
+HP_HIDDEN void release_fork(int phase);
+HP_HIDDEN void ring_fork(int phase);
+HP_HIDDEN void janitor_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
 HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */
 
@@ -221,9 +274,37 @@ HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
 HP_HIDDEN void publish_fork(int phase);
 HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
-HP_HIDDEN int publish_start_time(pid_t pid, unsigned long long *out);
 /* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
 HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);
+
+/* ---- the per-process entry: publish.c writes it, published.c reads it --------
+ * <control dir>/proc/<pid>/stats, at most PUB_MAX bytes, replaced atomically.
+ * One record per line, fields separated by one space, the last field of a
+ * line running to its end:
+ *
+ *   hpalloc-stats 1
+ *   pid <pid>                              (as the process sees itself)
+ *   comm <command name>
+ *   start_time <field 22 of /proc/<pid>/stat, 0 if unknown>
+ *   pidns <st_dev> <st_ino>                (of /proc/self/ns/pid; absent if unknown)
+ *   stat <hp_stat_name> <value>            (every counter)
+ *   knob <name> <value> <source>           (every knob, effective value)
+ *   rejected <name> <reason>               (knobs with a rejected input)
+ *
+ * Readers ignore records they do not know, so records can be added. */
+#define PUB_MAGIC "hpalloc-stats 1\n"
+#define PUB_MAX 16384
+struct pub_ns { unsigned long long dev, ino; }; /* identifies a pid namespace */
+struct published_entry {
+	struct hp_proc p;
+	bool has_ns;
+	struct pub_ns ns;  /* the publisher's pid namespace */
+};
+/* Our pid namespace, from /proc/self/ns/pid; -1 without /proc. */
+HP_HIDDEN int published_pidns_self(struct pub_ns *out);
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
+HP_HIDDEN int published_start_time(pid_t pid, unsigned long long *out);
+/* Parse proc/<pid>/stats below piddir (no judgement); -1 + errno. */
+HP_HIDDEN int published_read(int piddir, struct published_entry *e);
 
 #endif

@@ -497,20 +497,24 @@ int hp_knob_render(const char *name, const char *canon, char *buf, size_t buf_le
 	if (!choices) {
 		n = snprintf(buf, buf_len, "%s\n", value);
 	} else {
-		/* every choice, the current one in brackets, as the kernel's THP files */
+		/* every choice, the current one in brackets, as the kernel's THP
+		 * files; composed in a local buffer (choice lists are short) */
+		char line[256] = "";
 		size_t used = 0;
-		n = 0;
-		for (const char *p = choices; *p && n >= 0;) {
+		for (const char *p = choices; *p;) {
 			size_t w = strcspn(p, " ");
 			bool cur = strlen(value) == w && strncmp(p, value, w) == 0;
-			n = snprintf(buf + used, used < buf_len ? buf_len - used : 0, "%s%s%.*s%s",
-				     used ? " " : "", cur ? "[" : "", (int)w, p, cur ? "]" : "");
-			used += (size_t)n;
+			int m = snprintf(line + used, sizeof(line) - used, "%s%s%.*s%s", used ? " " : "",
+					 cur ? "[" : "", (int)w, p, cur ? "]" : "");
+			if (m < 0 || (size_t)m >= sizeof(line) - used) {
+				errno = ERANGE;
+				return -1;
+			}
+			used += (size_t)m;
 			p += w;
 			p += (*p == ' ');
 		}
-		n = snprintf(buf + (used < buf_len ? used : 0), used < buf_len ? buf_len - used : 0, "\n");
-		n = (int)(used + 1);
+		n = snprintf(buf, buf_len, "%s\n", line);
 	}
 	if (n < 0 || (size_t)n >= buf_len) {
 		errno = ERANGE;
@@ -562,6 +566,7 @@ bad:
 int hp_knob_set(const char *name, const char *text)
 {
 	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX];
+	HP_ERRNO_SAVE;
 
 	hp_init();
 	if (hp_knob_parse(name, text, canon, sizeof(canon), err, sizeof(err)) < 0) {
@@ -569,14 +574,19 @@ int hp_knob_set(const char *name, const char *text)
 		errno = EINVAL;
 		return -1;
 	}
-	return knobs_set_layer(hp_knob_index(name), HP_SOURCE_PROCESS, canon);
+	int rc = knobs_set_layer(hp_knob_index(name), HP_SOURCE_PROCESS, canon);
+	if (rc == 0)
+		HP_ERRNO_RESTORE; /* waking the janitor is no error of the caller's */
+	return rc;
 }
 
 int hp_knob_unset(const char *name)
 {
 	hp_init();
 	if (!name) {
+		HP_ERRNO_SAVE;
 		knobs_clear_source(HP_SOURCE_PROCESS);
+		HP_ERRNO_RESTORE;
 		return 0;
 	}
 	int k = hp_knob_index(name);
@@ -584,7 +594,11 @@ int hp_knob_unset(const char *name)
 		errno = EINVAL;
 		return -1;
 	}
-	return knobs_set_layer(k, HP_SOURCE_PROCESS, NULL);
+	HP_ERRNO_SAVE;
+	int rc = knobs_set_layer(k, HP_SOURCE_PROCESS, NULL);
+	if (rc == 0)
+		HP_ERRNO_RESTORE;
+	return rc;
 }
 
 int hp_knob_get(const char *name, char *buf, size_t len)

@@ -26,46 +26,42 @@ uint64_t hp_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static void init_fork(int phase)
+{
+	fork_mutex(&init_lock, phase);
+	if (phase == FORK_CHILD) /* the next hp_* call starts a janitor of our own */
+		atomic_store_explicit(&hp_initialized, 0, memory_order_release);
+}
+
+/* Every module's fork hook, in the order the code nests their locks. */
+static void (*const fork_hooks[])(int) = {
+	init_fork, control_fork, knobs_fork, heap_fork, shared_fork,
+	release_fork, ring_fork, janitor_fork, stats_fork,
+};
+#define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
+
 static void prepare_fork(void)
 {
-	pthread_mutex_lock(&init_lock);
-	control_fork(FORK_PREPARE);
-	knobs_fork(FORK_PREPARE);
-	pthread_mutex_lock(&hp_heap_lock);
-	release_prepare_fork();
-	stats_fork(FORK_PREPARE);
+	for (size_t i = 0; i < NHOOKS; i++)
+		fork_hooks[i](FORK_PREPARE);
+}
+
+/* Unlocked innermost first; in the child, repaired innermost first, so
+ * that heap_fork finds release.c and ring.c ready for a one-thread process. */
+static void after_fork(int phase)
+{
+	for (size_t i = NHOOKS; i-- > 0;)
+		fork_hooks[i](phase);
 }
 
 static void parent_after_fork(void)
 {
-	stats_fork(FORK_PARENT);
-	release_parent_after_fork();
-	pthread_mutex_unlock(&hp_heap_lock);
-	knobs_fork(FORK_PARENT);
-	control_fork(FORK_PARENT);
-	pthread_mutex_unlock(&init_lock);
-}
-
-/* Cached hugetlb blocks are MAP_PRIVATE copies whose pool reservation
- * stays with the parent: reused here, a first touch could need a pool
- * page that is not there (SIGBUS).  The child drops them. */
-static void drop_inherited_hugetlb(void)
-{
-	release_blocks(cache_take_backend(HP_BACKEND_HUGETLB)); /* no ring yet: synchronous */
+	after_fork(FORK_PARENT);
 }
 
 static void child_after_fork(void)
 {
-	stats_fork(FORK_CHILD);
-	release_child_after_fork();
-	drop_inherited_hugetlb();
-	pthread_mutex_init(&hp_heap_lock, NULL);
-	knobs_fork(FORK_CHILD);
-	control_fork(FORK_CHILD); /* also forgets the parent's per-process entry */
-	/* the lock may have been taken by a thread that does not exist here */
-	pthread_mutex_init(&init_lock, NULL);
-	/* the next hp_* call starts a janitor of our own */
-	atomic_store_explicit(&hp_initialized, 0, memory_order_release);
+	after_fork(FORK_CHILD);
 }
 
 static void at_exit(void)
@@ -82,11 +78,13 @@ __attribute__((constructor)) static void register_fork_handlers(void)
 
 void hp_init_slow(void)
 {
+	HP_ERRNO_SAVE; /* control files and probes that are absent are no error */
 	if (initializing)
 		return;
 	pthread_mutex_lock(&init_lock);
 	if (atomic_load(&hp_initialized)) {
 		pthread_mutex_unlock(&init_lock);
+		HP_ERRNO_RESTORE;
 		return;
 	}
 	initializing = true;
@@ -103,6 +101,7 @@ void hp_init_slow(void)
 		janitor_start();
 	initializing = false;
 	pthread_mutex_unlock(&init_lock);
+	HP_ERRNO_RESTORE;
 }
 
 /* hpctl reads knobs and stats of other processes through the library:

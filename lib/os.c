@@ -45,6 +45,7 @@ static void find_pagesizes(void)
 {
 	long found[MAX_PAGESIZES];
 	int n = 0;
+	HP_ERRNO_SAVE; /* gethugepagesizes() clears it: run from successful calls */
 #ifdef HAVE_LIBHUGETLBFS
 	n = gethugepagesizes(found, MAX_PAGESIZES);
 #endif
@@ -68,6 +69,7 @@ static void find_pagesizes(void)
 			pagesizes[j] = pagesizes[j - 1];
 			pagesizes[j - 1] = t;
 		}
+	HP_ERRNO_RESTORE;
 }
 
 static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;
@@ -106,7 +108,7 @@ long os_pool_available(size_t pagesize)
 	long long free_pages = read_counter(path);
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
 	long long resv = read_counter(path);
-	if (free_pages < 0)
+	if (free_pages < 0 || resv < 0) /* unknown, not "everything free" */
 		return -1;
 	long long avail = (long long)((unsigned long long)free_pages - (unsigned long long)resv);
 	return avail > 0 ? (long)avail : 0;

@@ -1,23 +1,18 @@
 /* Per-process stats file for hpctl: <control dir>/proc/<pid>/stats.
  *
- * A small text file, replaced atomically (temporary file + rename) by the
- * janitor thread when its content changed, removed at exit.  Format, one
- * record per line, fields separated by one space, the last field of a line
- * running to its end:
+ * The format is in internal.h; published.c is its reader.  The file is
+ * replaced atomically (temporary file + rename) by the janitor thread when
+ * its content changed, and removed at exit.
  *
- *   hpalloc-stats 1
- *   pid <pid>
- *   comm <command name>
- *   start_time <field 22 of /proc/<pid>/stat>
- *   stat <hp_stat_name> <value>           (every counter)
- *   knob <name> <value> <source>          (every knob, effective value)
- *   rejected <name> <reason>              (knobs with a rejected input)
- *
- * start_time lets hpctl recognise a dead process whose pid was recycled.
- * The directory is created lazily, only when the control directory exists
- * (and passes the control.c checks) and is writable by us.  A proc/<pid>
- * directory that exists when we claim it belongs to a dead process with our
- * pid: it is removed first, so its override files never reach us.
+ * The entry is created lazily, only when the control directory exists (and
+ * passes the control.c checks) and is writable by us, and it appears whole:
+ * made as proc/.new.<pid> with its stats file, then renamed to proc/<pid>,
+ * so a reader never meets a directory without one.  A proc/<pid> that exists
+ * when we claim it belongs to a dead process with our pid (pids are unique
+ * in a pid namespace): it is removed first, so its override files never
+ * reach us -- unless its stats say it was published from another pid
+ * namespace sharing this control directory: then it is not ours to remove,
+ * and we do not publish.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -36,52 +31,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PUBLISH_MAX 16384
-
 static struct {
 	pthread_mutex_t lock;
 	bool disabled;
 	pid_t pid;                     /* proc/<pid> claimed by us, or 0 */
 	unsigned long long start_time;
-	char comm[64];
-	char last[PUBLISH_MAX];        /* content of the last file written */
+	bool has_ns;
+	struct pub_ns ns;              /* our pid namespace */
+	char comm[HP_PROC_COMM_MAX];
+	char last[PUB_MAX];            /* content of the last file written */
 	size_t last_len;
 } P = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- helpers shared with hpctl ------------------------------------------- */
-
-int publish_start_time(pid_t pid, unsigned long long *out)
-{
-	char path[64], buf[1024];
-	const char *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: fields restart after the
-	 * last ')'; starttime is field 22, the 20th after it. */
-	p = strrchr(buf, ')');
-	if (!p)
-		goto bad;
-	for (int field = 2; field < 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (!p)
-			goto bad;
-	}
-	*out = strtoull(p + 1, NULL, 10);
-	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
-}
 
 /* Remove a directory's contents and itself, depth-limited, never following
  * a symlink (unlinkat removes the link, not its target). */
@@ -177,8 +139,10 @@ static size_t compose(char *buf, size_t cap)
 	struct hp_knob_info ki;
 	size_t pos = 0;
 
-	put(buf, cap, &pos, "hpalloc-stats 1\npid %ld\ncomm %s\nstart_time %llu\n",
+	put(buf, cap, &pos, PUB_MAGIC "pid %ld\ncomm %s\nstart_time %llu\n",
 	    (long)P.pid, P.comm, P.start_time);
+	if (P.has_ns)
+		put(buf, cap, &pos, "pidns %llu %llu\n", P.ns.dev, P.ns.ino);
 	if (hp_stats_get(&st) == 0)
 		for (int s = 0; s < HP_STAT_COUNT; s++)
 			put(buf, cap, &pos, "stat %s %llu\n", hp_stat_name(s),
@@ -195,6 +159,71 @@ static size_t compose(char *buf, size_t cap)
 		}
 	}
 	return pos;
+}
+
+/* Write our stats file into dirfd if its content changed. */
+static int write_file(int dirfd)
+{
+	static char buf[PUB_MAX]; /* under P.lock */
+	size_t len = compose(buf, sizeof(buf));
+
+	if (len == P.last_len && memcmp(buf, P.last, len) == 0)
+		return 0;
+	if (control_write_atomic(dirfd, "stats", buf, len, 0644, false) != 0)
+		return -1;
+	memcpy(P.last, buf, len);
+	P.last_len = len;
+	return 0;
+}
+
+/* proc/<name> was published from a pid namespace other than ours. */
+static bool foreign_entry(int procfd, const char *name)
+{
+	struct published_entry e;
+	int fd = openat(procfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	bool foreign;
+
+	if (fd < 0)
+		return false;
+	foreign = published_read(fd, &e) == 0 && e.has_ns && P.has_ns &&
+		  (e.ns.dev != P.ns.dev || e.ns.ino != P.ns.ino);
+	close(fd);
+	return foreign;
+}
+
+static void remember_self(pid_t pid)
+{
+	P.pid = pid;
+	P.last_len = 0;
+	if (published_start_time(pid, &P.start_time) != 0)
+		P.start_time = 0;
+	P.has_ns = published_pidns_self(&P.ns) == 0;
+	read_comm(P.comm, sizeof(P.comm));
+}
+
+/* Make proc/<pid> appear with its stats file in it (see the top). */
+static int create_entry(int procfd, const char *name)
+{
+	char tmp[48];
+	int fd;
+
+	snprintf(tmp, sizeof(tmp), ".new.%s", name);
+	remove_tree(procfd, tmp, 2); /* left by a crash of ours */
+	if (mkdirat(procfd, tmp, 0755) != 0)
+		return -1;
+	fd = openat(procfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || write_file(fd) != 0 ||
+	    renameat(procfd, tmp, procfd, name) != 0) {
+		int saved = errno; /* for the caller's message */
+		if (fd >= 0)
+			close(fd);
+		remove_tree(procfd, tmp, 2);
+		errno = saved;
+		return -1;
+	}
+	close(fd);
+	return 0;
 }
 
 /* Create proc/<pid> for this process; see the comment at the top. */
@@ -216,16 +245,23 @@ static void claim(const char *dir)
 		hp_log(1, "not publishing stats: %s/proc: %s", dir, why);
 		goto out_root;
 	}
+	remember_self(pid);
 	snprintf(name, sizeof(name), "%ld", (long)pid);
+	if (foreign_entry(procfd, name)) {
+		hp_log(1, "not publishing stats: %s/proc/%s belongs to a process "
+		       "of another pid namespace", dir, name);
+		P.disabled = true; /* it will not become ours */
+		P.pid = 0;
+		goto out;
+	}
 	if (publish_remove_pid_dir(procfd, pid) != 0 && errno != ENOENT)
 		hp_log(1, "stale %s/proc/%s: %s", dir, name, strerror(errno));
-	if (mkdirat(procfd, name, 0755) == 0) {
-		P.pid = pid;
-		P.last_len = 0;
-		if (publish_start_time(pid, &P.start_time) != 0)
-			P.start_time = 0;
-		read_comm(P.comm, sizeof(P.comm));
+	if (create_entry(procfd, name) != 0) {
+		hp_log(1, "not publishing stats: %s/proc/%s: %s", dir, name,
+		       strerror(errno));
+		P.pid = 0;
 	}
+out:
 	close(procfd);
 out_root:
 	close(root);
@@ -233,13 +269,9 @@ out_root:
 
 static void write_stats(const char *dir)
 {
-	static char buf[PUBLISH_MAX]; /* under P.lock */
 	char rel[64], why[HP_KNOB_ERROR_MAX];
-	size_t len = compose(buf, sizeof(buf));
 	int root, fd;
 
-	if (len == P.last_len && memcmp(buf, P.last, len) == 0)
-		return;
 	root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (root < 0)
 		return;
@@ -251,10 +283,7 @@ static void write_stats(const char *dir)
 			P.pid = 0; /* pruned under us: claim again next time */
 		return;
 	}
-	if (control_write_atomic(fd, "stats", buf, len, 0644, false) == 0) {
-		memcpy(P.last, buf, len);
-		P.last_len = len;
-	}
+	write_file(fd);
 	close(fd);
 }
 

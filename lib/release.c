@@ -1,336 +1,181 @@
-/* Giving pages back to the kernel, and the janitor thread.
+/* Giving blocks back to the kernel: who owns a block on its way out.
  *
- * With io_uring (knob uring=on, and the kernel lets us), a freeing thread
- * only queues IORING_OP_MADVISE(MADV_DONTNEED) for the block and returns:
- * the kernel frees the pages in an io-wq worker.  The janitor reaps the
- * completions and unmaps the now empty ranges (cheap).  Without io_uring
- * the caller munmaps itself.
+ * A huge block has exactly one owner at every moment:
+ *   live       the registry in heap.c: the application may touch it;
+ *   cached     cache.c, under hp_heap_lock: nobody touches its pages;
+ *   releasing  this file, from release_adopt() -- called with hp_heap_lock
+ *              held, at the very moment the block leaves the registry or
+ *              the cache -- until its mapping is gone and its record freed.
+ * Releasing blocks are on one of two lists, under rel_lock:
+ *   pending    adopted, not yet sent anywhere (release_flush() sends them);
+ *   in_ring    MADV_DONTNEED entries for it are prepared in the io_uring
+ *              (ring.c) from the first one on: only its last completion
+ *              (release_chunk_done(), janitor thread) unmaps it.  A failed
+ *              submit changes nothing of that: the entries are still queued.
+ * The synchronous release unmaps with rel_lock held, and so does the last
+ * completion: a fork therefore finds every listed block still mapped, and
+ * the child unmaps its copies of all of them (release_fork), while no
+ * address the parent already gave back is ever touched.
  *
- * The janitor also ticks at least every TICK_MS: cache decay, control
- * directory polling and stats publishing happen there, off the allocation
- * path.  It waits on the ring when there is one (a NOP wakes it), else on a
- * condition variable. */
+ * Which way a block goes: the ring when the janitor has set one up (it
+ * reaps), the `uring` knob is on and the ring is not backlogged by a failed
+ * submit; else synchronously, in the calling thread.  hp_release_drain()
+ * waits until both lists are empty. */
 #include "internal.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <time.h>
-#ifdef HAVE_CONFIG_H
-#include "config.h"
-#endif
-#ifdef HAVE_LIBURING
-#include <liburing.h>
-#endif
-
-#define TICK_MS 250
-#define CHUNK ((size_t)1 << 30) /* io_uring madvise length is 32-bit */
-#define WAKE_TAG 1              /* user_data of wake-up NOPs */
 
 static pthread_mutex_t rel_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t rel_cond = PTHREAD_COND_INITIALIZER;  /* janitor wake (no ring) */
-static pthread_cond_t drain_cond = PTHREAD_COND_INITIALIZER;
-static struct hp_block *in_flight; /* linked by prev/next */
-static bool janitor_running, wake_pending;
-static pthread_t janitor;
+static pthread_cond_t drained = PTHREAD_COND_INITIALIZER;
+static struct hp_block *pending;  /* linked by next */
+static struct hp_block *in_ring;  /* linked by lru_prev/lru_next */
+static _Atomic bool busy;         /* either list non-empty (lock-free peek) */
 
-#ifdef HAVE_LIBURING
-static struct io_uring ring;
-static bool ring_ok;
-#endif
+enum { STATE_PENDING = 1, STATE_RING };
 
-bool release_uring_available(void)
+static void update_busy_locked(void)
 {
-#ifdef HAVE_LIBURING
-	return ring_ok;
-#else
-	return false;
-#endif
+	bool now = pending || in_ring;
+	atomic_store_explicit(&busy, now, memory_order_relaxed);
+	if (!now)
+		pthread_cond_broadcast(&drained);
 }
 
-static void free_record(struct hp_block *b)
+void release_adopt(struct hp_block *list)
+{
+	if (!list)
+		return;
+	pthread_mutex_lock(&rel_lock);
+	while (list) {
+		struct hp_block *b = list;
+		list = list->next;
+		b->release_state = STATE_PENDING;
+		b->next = pending;
+		pending = b;
+	}
+	update_busy_locked();
+	pthread_mutex_unlock(&rel_lock);
+}
+
+/* rel_lock held: the block's mapping goes, then its record. */
+static void unmap_locked(struct hp_block *b)
 {
 	os_unmap(&b->map);
 	stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
+	stat_add(HP_STAT_RELEASED_BYTES, b->map.len);
 	free(b);
 }
 
-static void release_sync(struct hp_block *b)
+static void ring_link_locked(struct hp_block *b)
 {
-	stat_add(HP_STAT_SYNC_RELEASES, 1);
-	free_record(b);
+	b->release_state = STATE_RING;
+	b->chunks_left = ring_chunks(b->map.len);
+	b->lru_prev = NULL;
+	b->lru_next = in_ring;
+	if (in_ring)
+		in_ring->lru_prev = b;
+	in_ring = b;
 }
 
-#ifdef HAVE_LIBURING
-/* Called with rel_lock held.  Queue DONTNEED for every chunk; the block
- * counts its pending chunks in `bucket` (unused while not cached). */
-static bool submit_release(struct hp_block *b)
+static void ring_unlink_locked(struct hp_block *b)
 {
-	size_t chunks = (b->map.len + CHUNK - 1) / CHUNK;
-	if (io_uring_sq_space_left(&ring) < chunks)
-		io_uring_submit(&ring);
-	if (io_uring_sq_space_left(&ring) < chunks)
-		return false;
-	b->bucket = (int)chunks;
-	for (size_t off = 0; off < b->map.len; off += CHUNK) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-		size_t len = b->map.len - off < CHUNK ? b->map.len - off : CHUNK;
-		io_uring_prep_madvise(sqe, (char *)b->map.addr + off, (off_t)len, MADV_DONTNEED);
-		sqe->flags |= IOSQE_ASYNC; /* never do the work inline in this thread */
-		io_uring_sqe_set_data(sqe, b);
-	}
-	if (io_uring_submit(&ring) < 0)
-		return false; /* SQEs stay queued: resubmitted with the next batch */
-	b->prev = NULL;
-	b->next = in_flight;
-	if (in_flight)
-		in_flight->prev = b;
-	in_flight = b;
-	return true;
-}
-#endif
-
-void release_blocks_now(struct hp_block *list)
-{
-	while (list) {
-		struct hp_block *b = list;
-		list = list->next;
-		stat_add(HP_STAT_RELEASED_BYTES, b->map.len);
-		release_sync(b);
-	}
-}
-
-bool release_pending(void)
-{
-	pthread_mutex_lock(&rel_lock);
-	bool pending = in_flight != NULL;
-	pthread_mutex_unlock(&rel_lock);
-	return pending;
-}
-
-void release_blocks(struct hp_block *list)
-{
-	while (list) {
-		struct hp_block *b = list;
-		list = list->next;
-		stat_add(HP_STAT_RELEASED_BYTES, b->map.len);
-#ifdef HAVE_LIBURING
-		if (ring_ok && atomic_load_explicit(&hp_cfg.uring, memory_order_relaxed)) {
-			pthread_mutex_lock(&rel_lock);
-			bool queued = ring_ok && submit_release(b);
-			pthread_mutex_unlock(&rel_lock);
-			if (queued) {
-				stat_add(HP_STAT_URING_RELEASES, 1);
-				continue;
-			}
-		}
-#endif
-		release_sync(b);
-	}
-}
-
-#ifdef HAVE_LIBURING
-/* Janitor only: one completion.  A block is unmapped when its last chunk
- * is done (if madvise failed, munmap frees the pages just the same). */
-static void complete(struct io_uring_cqe *cqe)
-{
-	struct hp_block *b = io_uring_cqe_get_data(cqe);
-	if ((uintptr_t)b == WAKE_TAG || !b)
-		return;
-	pthread_mutex_lock(&rel_lock);
-	bool last = --b->bucket == 0;
-	b->unmapping = last; /* a child forked from now on must not unmap it */
-	pthread_mutex_unlock(&rel_lock);
-	if (!last)
-		return;
-	/* unmapped before it leaves the list: a drain that returns has its
-	 * pages and its mapping gone (a short hugetlb pool waits on that) */
-	os_unmap(&b->map);
-	stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
-	pthread_mutex_lock(&rel_lock);
-	if (b->prev)
-		b->prev->next = b->next;
+	if (b->lru_prev)
+		b->lru_prev->lru_next = b->lru_next;
 	else
-		in_flight = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
-	if (!in_flight)
-		pthread_cond_broadcast(&drain_cond);
-	pthread_mutex_unlock(&rel_lock);
-	free(b);
+		in_ring = b->lru_next;
+	if (b->lru_next)
+		b->lru_next->lru_prev = b->lru_prev;
 }
 
-static void reap_until(uint64_t timeout_ms)
+static bool ring_wanted(bool sync)
 {
-	struct io_uring_cqe *cqe;
-	struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ms / 1000),
-				       .tv_nsec = (long long)(timeout_ms % 1000) * 1000000};
-	if (io_uring_wait_cqe_timeout(&ring, &cqe, &ts) < 0)
-		return;
-	unsigned head, seen = 0;
-	io_uring_for_each_cqe(&ring, head, cqe) {
-		complete(cqe);
-		seen++;
-	}
-	io_uring_cq_advance(&ring, seen);
+	return !sync && ring_ready() && !ring_backlogged() &&
+	       atomic_load_explicit(&hp_cfg.uring, memory_order_relaxed);
 }
 
-/* A ring usable by the janitor while other threads submit: the wait must
- * not touch the submission queue, which needs IORING_FEAT_EXT_ARG. */
-static void ring_setup(void)
+/* rel_lock held: into the ring (linked first: it is the ring's from its
+ * first prepared entry), else unmapped right here. */
+static void send_locked(struct hp_block *b, bool sync)
 {
-	ring_ok = io_uring_queue_init(256, &ring, 0) == 0;
-	if (ring_ok && !(ring.features & IORING_FEAT_EXT_ARG)) {
-		io_uring_queue_exit(&ring);
-		ring_ok = false;
-	}
-	hp_log(2, "io_uring %s", ring_ok ? "ready" : "unavailable: releasing synchronously");
-}
-#endif
-
-static void expire_cache(uint64_t *deadline)
-{
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *out = cache_expire(hp_now_ms(), deadline);
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_blocks(out);
-}
-
-static void wait_cond(uint64_t timeout_ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (time_t)(timeout_ms / 1000);
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&rel_lock);
-	if (!wake_pending)
-		pthread_cond_timedwait(&rel_cond, &rel_lock, &ts);
-	wake_pending = false;
-	pthread_mutex_unlock(&rel_lock);
-}
-
-static void *janitor_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		uint64_t deadline, now;
-		control_poll();
-		expire_cache(&deadline);
-		publish_update();
-		now = hp_now_ms();
-		uint64_t wait = deadline > now ? deadline - now : 1;
-		if (wait > TICK_MS)
-			wait = TICK_MS;
-#ifdef HAVE_LIBURING
-		if (ring_ok) {
-			reap_until(wait);
-			continue;
+	if (ring_wanted(sync)) {
+		ring_link_locked(b);
+		if (ring_queue(b)) {
+			stat_add(HP_STAT_URING_RELEASES, 1);
+			return;
 		}
-#endif
-		wait_cond(wait);
+		ring_unlink_locked(b); /* nothing was prepared: still ours alone */
 	}
-	return NULL;
+	stat_add(HP_STAT_SYNC_RELEASES, 1);
+	unmap_locked(b);
 }
 
-/* Called from hp_init_slow (also again in a forked child). */
-void janitor_start(void)
+void release_flush(bool sync)
 {
-	pthread_attr_t attr;
-	sigset_t all, old;
-
-#ifdef HAVE_LIBURING
-	ring_setup();
-#endif
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
-	sigfillset(&all); /* signals are for the application's threads */
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	janitor_running = pthread_create(&janitor, &attr, janitor_main, NULL) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
-	if (!janitor_running)
-		hp_log(1, "no janitor thread: cache decay and live reload are off");
-}
-
-void janitor_wake(void)
-{
-	if (!janitor_running)
+	if (!atomic_load_explicit(&busy, memory_order_relaxed))
 		return;
-#ifdef HAVE_LIBURING
-	if (ring_ok) {
-		pthread_mutex_lock(&rel_lock);
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-		if (sqe) {
-			io_uring_prep_nop(sqe);
-			io_uring_sqe_set_data(sqe, (void *)(uintptr_t)WAKE_TAG);
-			io_uring_submit(&ring);
-		}
-		pthread_mutex_unlock(&rel_lock);
-		return;
-	}
-#endif
 	pthread_mutex_lock(&rel_lock);
-	wake_pending = true;
-	pthread_cond_signal(&rel_cond);
+	while (pending) {
+		struct hp_block *b = pending;
+		pending = b->next;
+		send_locked(b, sync);
+	}
+	update_busy_locked();
 	pthread_mutex_unlock(&rel_lock);
+}
+
+/* Janitor thread: one chunk of b is done.  If madvise failed, munmap frees
+ * the pages just the same. */
+void release_chunk_done(struct hp_block *b, int res)
+{
+	(void)res;
+	pthread_mutex_lock(&rel_lock);
+	if (--b->chunks_left == 0) {
+		ring_unlink_locked(b);
+		unmap_locked(b);
+		update_busy_locked();
+	}
+	pthread_mutex_unlock(&rel_lock);
+}
+
+bool release_busy(void)
+{
+	return atomic_load_explicit(&busy, memory_order_relaxed);
 }
 
 void release_drain(void)
 {
+	release_flush(false);
 	pthread_mutex_lock(&rel_lock);
-	while (in_flight && janitor_running)
-		pthread_cond_wait(&drain_cond, &rel_lock);
+	while (pending || in_ring)
+		pthread_cond_wait(&drained, &rel_lock);
 	pthread_mutex_unlock(&rel_lock);
 }
 
 void hp_release_drain(void)
 {
+	HP_ERRNO_SAVE;
 	hp_init();
 	release_drain();
+	HP_ERRNO_RESTORE;
 }
 
-/* ---- fork ---------------------------------------------------------------------- */
-
-void release_prepare_fork(void)
+/* A child has the parent's listed blocks mapped (nothing on the lists is
+ * unmapped yet, see above) and no janitor to reap: it unmaps its copies. */
+void release_fork(int phase)
 {
-	pthread_mutex_lock(&rel_lock);
-}
-
-void release_parent_after_fork(void)
-{
-	pthread_mutex_unlock(&rel_lock);
-}
-
-/* The child has no janitor and shares the parent's ring memory: drop the
- * ring without touching it, unmap the child's copies of blocks whose
- * release was in flight, and let init start a fresh janitor and ring. */
-void release_child_after_fork(void)
-{
-	pthread_mutex_unlock(&rel_lock);
-	pthread_mutex_init(&rel_lock, NULL);
-	pthread_cond_init(&rel_cond, NULL);
-	pthread_cond_init(&drain_cond, NULL);
-	janitor_running = false;
-	wake_pending = false;
-#ifdef HAVE_LIBURING
-	if (ring_ok) {
-		io_uring_queue_exit(&ring); /* unmaps our view, closes our fd only */
-		ring_ok = false;
+	fork_mutex(&rel_lock, phase);
+	if (phase != FORK_CHILD)
+		return;
+	pthread_cond_init(&drained, NULL);
+	while (in_ring) {
+		struct hp_block *b = in_ring;
+		in_ring = b->lru_next;
+		unmap_locked(b);
 	}
-#endif
-	while (in_flight) {
-		struct hp_block *b = in_flight;
-		in_flight = b->next;
-		/* an address the parent already unmapped may hold a new block by now */
-		if (!b->unmapping)
-			os_unmap(&b->map);
-		stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
-		free(b);
+	while (pending) {
+		struct hp_block *b = pending;
+		pending = b->next;
+		unmap_locked(b);
 	}
+	atomic_store(&busy, false);
 }

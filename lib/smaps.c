@@ -25,8 +25,8 @@ static void add_field(const char *line, struct hp_kernel_backing *k, bool first)
 
 	if (field_bytes(line, "Rss", &v))
 		k->rss_bytes += v;
-	else if (field_bytes(line, "AnonHugePages", &v))
-		k->anon_huge_bytes += v;
+	else if (field_bytes(line, "AnonHugePages", &v) || field_bytes(line, "ShmemPmdMapped", &v))
+		k->anon_huge_bytes += v; /* THP: anonymous, or shmem (shared blocks) */
 	else if (field_bytes(line, "Private_Hugetlb", &v) || field_bytes(line, "Shared_Hugetlb", &v))
 		k->hugetlb_bytes += v;
 	else if (first && field_bytes(line, "KernelPageSize", &v))
@@ -37,7 +37,8 @@ static void add_field(const char *line, struct hp_kernel_backing *k, bool first)
 
 int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *out)
 {
-	uintptr_t lo = (uintptr_t)addr, hi = lo + (len ? len : 1);
+	uintptr_t lo = (uintptr_t)addr, span = len ? len : 1;
+	uintptr_t hi = span > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + span; /* no wrap */
 	char line[512];
 	bool inside = false, first = true, found = false;
 
@@ -46,6 +47,7 @@ int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *ou
 		return -1;
 	}
 	*out = (struct hp_kernel_backing){0};
+	HP_ERRNO_SAVE;
 	FILE *f = fopen("/proc/self/smaps", "re");
 	if (!f)
 		return -1;
@@ -70,5 +72,6 @@ int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *ou
 		errno = ENOENT;
 		return -1;
 	}
+	HP_ERRNO_RESTORE;
 	return 0;
 }

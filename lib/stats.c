@@ -42,6 +42,7 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_SHARED_LIVE_BLOCKS] = "shared_live_blocks",
 	[HP_STAT_URING_ACTIVE] = "uring_active",
 	[HP_STAT_JANITOR_ACTIVE] = "janitor_active",
+	[HP_STAT_SHARED_FALLBACKS] = "shared_fallbacks",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,
@@ -68,21 +69,29 @@ static _Atomic int64_t exited_bytes, exited_blocks;
 static pthread_key_t slot_key;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
 static __thread struct small_slot *my_slot __attribute__((tls_model("initial-exec")));
+/* Set when this thread's slot was retired: thread-local destructors that
+ * run after ours (another library's, freeing hpalloc memory) count straight
+ * into what exited threads left behind, never into the freed slot. */
+static __thread bool slot_dead __attribute__((tls_model("initial-exec")));
 
+/* The count moves from the slot to the leftovers under slots_lock, as
+ * hp_stats_get() reads both: a snapshot sees it once, in one or the other. */
 static void slot_retire(void *arg)
 {
 	struct small_slot *s = arg, **pp;
 
-	atomic_fetch_add(&exited_bytes, atomic_load(&s->bytes));
-	atomic_fetch_add(&exited_blocks, atomic_load(&s->blocks));
 	pthread_mutex_lock(&slots_lock);
 	for (pp = &slots; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
 			break;
 		}
+	atomic_fetch_add(&exited_bytes, atomic_load(&s->bytes));
+	atomic_fetch_add(&exited_blocks, atomic_load(&s->blocks));
 	pthread_mutex_unlock(&slots_lock);
 	free(s);
+	my_slot = NULL; /* destructors run in the exiting thread itself */
+	slot_dead = true;
 }
 
 static void slot_key_create(void)
@@ -92,7 +101,7 @@ static void slot_key_create(void)
 
 static struct small_slot *slot_get(void)
 {
-	if (likely(my_slot != NULL))
+	if (likely(my_slot != NULL) || slot_dead)
 		return my_slot;
 	struct small_slot *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -109,8 +118,11 @@ static struct small_slot *slot_get(void)
 static inline void slot_add(int64_t bytes, int64_t blocks)
 {
 	struct small_slot *s = slot_get();
-	if (!s)
+	if (unlikely(!s)) {
+		atomic_fetch_add(&exited_bytes, bytes);
+		atomic_fetch_add(&exited_blocks, blocks);
 		return;
+	}
 	/* single writer: a plain load+store, no locked instruction */
 	atomic_store_explicit(&s->bytes, atomic_load_explicit(&s->bytes, memory_order_relaxed) + bytes,
 			      memory_order_relaxed);
@@ -168,8 +180,8 @@ int hp_stats_get(struct hp_stats *out)
 	*out = (struct hp_stats){{0}};
 	for (int i = 0; i < HP_STAT_COUNT; i++)
 		out->v[i] = atomic_load_explicit(&hp_counters[i], memory_order_relaxed);
-	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
 	pthread_mutex_lock(&slots_lock);
+	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
 	for (struct small_slot *s = slots; s; s = s->next) {
 		bytes += atomic_load_explicit(&s->bytes, memory_order_relaxed);
 		blocks += atomic_load_explicit(&s->blocks, memory_order_relaxed);

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -63,48 +62,31 @@ static int open_nofollow_dir(int at, const char *name)
 	return openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-int ctl_proc_lookup(pid_t pid, struct published *pub)
+int ctl_proc_lookup(pid_t pid, struct hp_proc *proc)
 {
-	char rel[64];
-	int root = ctl_dir_open(false), fd;
+	int root = ctl_dir_open(false); /* says why a directory is refused */
 
-	snprintf(rel, sizeof(rel), "proc/%ld", (long)pid);
-	fd = root < 0 ? -1 : open_nofollow_dir(root, rel);
-	if (fd < 0 || published_read(fd, pub) != 0) {
+	if (root >= 0)
+		close(root);
+	if (root >= 0 && hp_proc_get(pid, proc) == 0)
+		return 0;
+	if (root >= 0 && errno == ESRCH)
+		warnx("process %ld is not running (its stale entry was pruned)",
+		      (long)pid);
+	else
 		warnx("process %ld does not publish hpalloc stats in %s/proc "
 		      "(not using hpalloc, or using another control directory)",
 		      (long)pid, ctl_dir_path());
-		goto fail;
-	}
-	close(fd);
-	fd = -1;
-	if (pub->pid != pid || !published_alive(pub)) {
-		int procfd = open_nofollow_dir(root, "proc");
-		if (procfd >= 0) {
-			publish_remove_pid_dir(procfd, pid);
-			close(procfd);
-		}
-		warnx("process %ld is not running (its stale entry was pruned)",
-		      (long)pid);
-		goto fail;
-	}
-	close(root);
-	return 0;
-fail:
-	if (fd >= 0)
-		close(fd);
-	if (root >= 0)
-		close(root);
 	return -1;
 }
 
 int ctl_proc_open(pid_t pid)
 {
-	static struct published pub;
+	static struct hp_proc proc;
 	char rel[64];
 	int root, fd;
 
-	if (ctl_proc_lookup(pid, &pub) != 0)
+	if (ctl_proc_lookup(pid, &proc) != 0)
 		exit(EXIT_RUNTIME);
 	root = ctl_dir_open(false);
 	snprintf(rel, sizeof(rel), "proc/%ld", (long)pid);
@@ -154,109 +136,4 @@ int ctl_override_open(pid_t pid, bool create)
 		exit(EXIT_RUNTIME);
 	}
 	return fd;
-}
-
-/* ---- the published file (format: lib/publish.c) ------------------------- */
-
-/* Split off the next space-separated field; the remainder stays in *s
- * (NULL when the line is used up). */
-static char *next_field(char **s)
-{
-	char *f = *s, *sp;
-
-	if (!f)
-		return NULL;
-	sp = strchr(f, ' ');
-	if (sp) {
-		*sp = '\0';
-		*s = sp + 1;
-	} else {
-		*s = NULL;
-	}
-	return f;
-}
-
-#define COPY(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
-
-static void parse_knob(char *a, char **s, struct published *p)
-{
-	char *value = next_field(s), *source = next_field(s);
-
-	if (!value || p->nknobs >= 64)
-		return;
-	COPY(p->knobs[p->nknobs].name, a);
-	COPY(p->knobs[p->nknobs].value, value);
-	COPY(p->knobs[p->nknobs].source, source ? source : "?");
-	p->knobs[p->nknobs++].rejected[0] = '\0';
-}
-
-static void parse_line(char *line, struct published *p)
-{
-	char *s = line, *kind = next_field(&s), *a = next_field(&s), *b;
-
-	if (!kind || !a)
-		return;
-	if (!strcmp(kind, "pid")) {
-		p->pid = strtol(a, NULL, 10);
-	} else if (!strcmp(kind, "start_time")) {
-		p->start_time = strtoull(a, NULL, 10);
-	} else if (!strcmp(kind, "comm")) {
-		snprintf(p->comm, sizeof(p->comm), "%s%s%s", a, s ? " " : "",
-			 s ? s : "");
-	} else if (!strcmp(kind, "stat")) {
-		b = next_field(&s);
-		if (!b || p->nstats >= 64)
-			return;
-		COPY(p->stats[p->nstats].name, a);
-		p->stats[p->nstats++].value = strtoull(b, NULL, 10);
-	} else if (!strcmp(kind, "knob")) {
-		parse_knob(a, &s, p);
-	} else if (!strcmp(kind, "rejected") && s) {
-		for (int k = 0; k < p->nknobs; k++)
-			if (!strcmp(p->knobs[k].name, a))
-				COPY(p->knobs[k].rejected, s);
-	}
-}
-
-int published_read(int piddir, struct published *out)
-{
-	static char buf[32768];
-	struct stat st;
-	ssize_t n;
-	size_t got = 0;
-	int fd = openat(piddir, "stats", O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
-			O_CLOEXEC);
-
-	memset(out, 0, sizeof(*out));
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		errno = EINVAL;
-		return -1;
-	}
-	while (got < sizeof(buf) - 1 &&
-	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
-		got += (size_t)n;
-	close(fd);
-	buf[got] = '\0';
-	if (strncmp(buf, "hpalloc-stats 1\n", 16) != 0) {
-		errno = EINVAL;
-		return -1;
-	}
-	for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line;
-	     line = strtok_r(NULL, "\n", &save))
-		parse_line(line, out);
-	return out->pid > 0 ? 0 : (errno = EINVAL, -1);
-}
-
-int published_alive(const struct published *p)
-{
-	unsigned long long start;
-
-	if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH)
-		return 0;
-	if (publish_start_time((pid_t)p->pid, &start) != 0)
-		return 0; /* no /proc entry: gone */
-	return p->start_time == 0 || start == p->start_time;
 }

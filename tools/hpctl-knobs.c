@@ -15,16 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* One KNOB=VALUE of a command line, validated. */
-struct assignment {
-	int knob;
-	char name[64];
-	char canon[HP_KNOB_VALUE_MAX];
-};
-
 /* Validate every KNOB=VALUE before anything happens: all errors are
  * reported, then exit 2 if there was any. */
-static struct assignment *parse_assignments(int argc, char **argv)
+struct assignment *parse_assignments(int argc, char **argv)
 {
 	struct assignment *as = calloc((size_t)argc + 1, sizeof(*as));
 	char err[HP_KNOB_ERROR_MAX];
@@ -82,26 +75,21 @@ static void print_value(struct json *j, bool json, const char *name,
 
 static int get_of_process(struct hpctl *c)
 {
-	static struct published pub;
+	static struct hp_proc proc;
 	struct json j;
-	int fd = ctl_proc_open(c->pid);
 
-	if (published_read(fd, &pub) != 0) {
-		close(fd);
-		warnx("cannot read the stats of process %ld", (long)c->pid);
+	if (ctl_proc_lookup(c->pid, &proc) != 0)
 		return EXIT_RUNTIME;
-	}
-	close(fd);
 	json_begin(&j, stdout);
 	if (c->json)
 		json_obj(&j, NULL);
-	for (int k = 0; k < pub.nknobs; k++) {
+	for (int k = 0; k < proc.nknobs; k++) {
 		bool wanted = c->argc == 0;
 		for (int i = 0; i < c->argc; i++)
-			wanted |= !strcmp(c->argv[i], pub.knobs[k].name);
+			wanted |= !strcmp(c->argv[i], proc.knobs[k].name);
 		if (wanted)
-			print_value(&j, c->json, pub.knobs[k].name,
-				    pub.knobs[k].value);
+			print_value(&j, c->json, proc.knobs[k].name,
+				    proc.knobs[k].value);
 	}
 	if (c->json) {
 		json_end_obj(&j);
@@ -277,59 +265,6 @@ void print_effective_knobs_json(struct json *j, const char *key)
 		json_end_obj(j);
 	}
 	json_end_obj(j);
-}
-
-/* ---- run ------------------------------------------------------------------------ */
-
-/* Installed Python package location (configure's pyexecdir): put it on
- * PYTHONPATH when the package is there, in case that directory is not on
- * the interpreter's default path (a custom --prefix). */
-static void add_python_path(void)
-{
-#ifdef HPCTL_PYEXECDIR
-	const char *dir = HPCTL_PYEXECDIR, *old = getenv("PYTHONPATH");
-	char pkg[4096], *val;
-	struct stat st;
-
-	snprintf(pkg, sizeof(pkg), "%s/hpalloc", dir);
-	if (stat(pkg, &st) != 0 || !S_ISDIR(st.st_mode))
-		return;
-	if (old && *old) {
-		size_t n = strlen(dir) + strlen(old) + 2;
-		val = malloc(n);
-		if (!val)
-			return;
-		snprintf(val, n, "%s:%s", dir, old);
-		setenv("PYTHONPATH", val, 1);
-		free(val);
-	} else {
-		setenv("PYTHONPATH", dir, 1);
-	}
-#endif
-}
-
-int cmd_run(struct hpctl *c)
-{
-	struct assignment *as = parse_assignments(c->argc, c->argv);
-
-	if (c->cmd_argc == 0) {
-		free(as);
-		die_usage("run needs a COMMAND (hpctl run [KNOB=VALUE...] -- COMMAND...)");
-	}
-	for (int i = 0; i < c->argc; i++) {
-		char var[80];
-		int n = snprintf(var, sizeof(var), "HPALLOC_%s", as[i].name);
-		for (int p = 8; p < n; p++)
-			var[p] = (char)toupper((unsigned char)var[p]);
-		setenv(var, as[i].canon, 1);
-	}
-	free(as);
-	setenv("HPALLOC_NUMPY", "1", 1);
-	add_python_path();
-	fflush(stdout);
-	execvp(c->cmd_argv[0], c->cmd_argv);
-	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
-	return EXIT_RUNTIME;
 }
 
 /* ---- completion helpers ------------------------------------------------------------ */

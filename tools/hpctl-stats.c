@@ -1,149 +1,262 @@
-/* hpctl stats [PID...]: the stats each process using hpalloc publishes in
- * <control dir>/proc/<pid>/stats (lib/publish.c).  Entries of processes
- * that died (kill(pid, 0) == ESRCH, or the pid now belongs to a process
- * with another start time) are pruned on the way. */
+/* hpctl stats [PID...] and hpctl top: what the processes using hpalloc
+ * publish in <control dir>/proc/<pid>/stats.  The library reads the entries
+ * and decides which are stale (hp_proc_list / hp_proc_get, lib/published.c):
+ * this file only presents them.
+ *
+ *   stats          one line per process, largest huge-page user first, and
+ *                  a total line
+ *   stats --long   every counter and knob of each process
+ *   stats --json   the same as --long, as JSON
+ *   top            the table of `stats`, redrawn every second
+ */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-struct found {
-	struct published **v;
-	int n, cap;
+/* ---- gathering ------------------------------------------------------------ */
+
+/* Explicit PIDs: each must be a live hpalloc process; a bad one is
+ * reported (exit 1) without hiding the others. */
+static int collect_pids(struct hpctl *c, struct hp_proc_list *l)
+{
+	int rc = EXIT_OK;
+
+	for (int i = 0; i < c->argc; i++)
+		parse_pid(c->argv[i]); /* all usage errors first */
+	l->procs = calloc((size_t)c->argc + 1, sizeof(*l->procs));
+	if (!l->procs) {
+		warnx("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	for (int i = 0; i < c->argc; i++) {
+		if (ctl_proc_lookup(parse_pid(c->argv[i]), &l->procs[l->count]) == 0)
+			l->count++;
+		else
+			rc = EXIT_RUNTIME;
+	}
+	return rc;
+}
+
+/* Every entry; the stale ones the library pruned are said on stderr. */
+static int collect_all(struct hp_proc_list *l)
+{
+	int root = ctl_dir_open(false); /* exits saying why if refused */
+
+	if (root < 0)
+		return EXIT_OK; /* no directory: nobody publishes */
+	close(root);
+	if (hp_proc_list(l) != 0) {
+		warnx("cannot read %s/proc: %s", ctl_dir_path(), strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	for (size_t i = 0; i < l->npruned; i++)
+		warnx("pruned the entry of dead process %ld", l->pruned[i]);
+	return EXIT_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+/* 1536 -> "1.5K", 1 GiB -> "1.0G", below 1 KiB plain bytes: one decimal,
+ * binary units, never more than 6 characters. */
+static void human_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char units[] = "KMGTPE";
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%llu", (unsigned long long)bytes);
+		return;
+	}
+	while (u < 5 && (v >= 1024 || u < 0)) {
+		v /= 1024;
+		u++;
+	}
+	if (v >= 1023.95 && u < 5) { /* would print as 1024.0 */
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f%c", v, units[u]);
+}
+
+/* What one line shows: the published counters a user looks at first. */
+struct row {
+	uint64_t hugetlb, thp, cached, hits, misses, fallbacks, failures;
+	uint64_t origin[HP_ORIGIN_COUNT], shared;
 };
 
-static void add(struct found *f, const struct published *p)
+static const int origin_stat[HP_ORIGIN_COUNT] = {
+	[HP_ORIGIN_API] = HP_STAT_API_HUGE_BYTES,
+	[HP_ORIGIN_NUMPY] = HP_STAT_NUMPY_HUGE_BYTES,
+	[HP_ORIGIN_PYTHON] = HP_STAT_PYTHON_HUGE_BYTES,
+	[HP_ORIGIN_TORCH] = HP_STAT_TORCH_HUGE_BYTES,
+	[HP_ORIGIN_NUMBA] = HP_STAT_NUMBA_HUGE_BYTES,
+	[HP_ORIGIN_PRELOAD] = HP_STAT_PRELOAD_HUGE_BYTES,
+};
+
+static void row_of(const struct hp_proc *p, struct row *r)
 {
-	if (f->n == f->cap) {
-		int cap = f->cap ? 2 * f->cap : 16;
-		struct published **v = realloc(f->v, (size_t)cap * sizeof(*v));
-		if (!v)
-			return;
-		f->v = v;
-		f->cap = cap;
-	}
-	f->v[f->n] = malloc(sizeof(*p));
-	if (f->v[f->n]) {
-		memcpy(f->v[f->n], p, sizeof(*p));
-		f->n++;
+	const uint64_t *v = p->stats.v;
+
+	r->hugetlb = v[HP_STAT_HUGETLB_LIVE_BYTES];
+	r->thp = v[HP_STAT_THP_LIVE_BYTES];
+	r->cached = v[HP_STAT_CACHED_BYTES];
+	r->hits = v[HP_STAT_CACHE_HITS];
+	r->misses = v[HP_STAT_CACHE_MISSES];
+	r->fallbacks = v[HP_STAT_FALLBACKS];
+	r->failures = v[HP_STAT_FAILURES];
+	for (int o = 0; o < HP_ORIGIN_COUNT; o++)
+		r->origin[o] = v[origin_stat[o]];
+	r->shared = v[HP_STAT_SHARED_LIVE_BYTES];
+}
+
+static void row_add(struct row *sum, const struct row *r)
+{
+	sum->hugetlb += r->hugetlb;
+	sum->thp += r->thp;
+	sum->cached += r->cached;
+	sum->hits += r->hits;
+	sum->misses += r->misses;
+	sum->fallbacks += r->fallbacks;
+	sum->failures += r->failures;
+	for (int o = 0; o < HP_ORIGIN_COUNT; o++)
+		sum->origin[o] += r->origin[o];
+	sum->shared += r->shared;
+}
+
+/* "numpy=1.0G torch=64.0M shared=32.0M": the non-zero ones only. */
+static void origins_text(const struct row *r, char *buf, size_t len)
+{
+	char size[16];
+	size_t pos = 0;
+
+	snprintf(buf, len, "-");
+	for (int o = 0; o <= HP_ORIGIN_COUNT && pos < len; o++) {
+		uint64_t bytes = o < HP_ORIGIN_COUNT ? r->origin[o] : r->shared;
+		if (!bytes)
+			continue;
+		human_size(bytes, size, sizeof(size));
+		int n = snprintf(buf + pos, len - pos, "%s%s=%s", pos ? " " : "",
+				 o < HP_ORIGIN_COUNT ? hp_origin_name(o) : "shared",
+				 size);
+		if (n < 0)
+			break;
+		pos += (size_t)n;
 	}
 }
 
-static void release(struct found *f)
+#define TABLE_HEAD "%7s %-15s %7s %7s %7s %6s %9s %8s  %s\n"
+
+static void print_row(const char *pid, const char *comm, const struct row *r)
 {
-	for (int i = 0; i < f->n; i++)
-		free(f->v[i]);
-	free(f->v);
+	char ht[16], thp[16], cached[16], hit[16], origins[160];
+
+	human_size(r->hugetlb, ht, sizeof(ht));
+	human_size(r->thp, thp, sizeof(thp));
+	human_size(r->cached, cached, sizeof(cached));
+	if (r->hits + r->misses)
+		snprintf(hit, sizeof(hit), "%.1f",
+			 100.0 * (double)r->hits / (double)(r->hits + r->misses));
+	else
+		snprintf(hit, sizeof(hit), "-");
+	origins_text(r, origins, sizeof(origins));
+	printf("%7s %-15.15s %7s %7s %7s %6s %9llu %8llu  %s\n", pid, comm, ht,
+	       thp, cached, hit, (unsigned long long)r->fallbacks,
+	       (unsigned long long)r->failures, origins);
 }
 
-static int by_pid(const void *a, const void *b)
+static uint64_t huge_bytes(const struct hp_proc *p)
 {
-	const struct published *x = *(struct published *const *)a;
-	const struct published *y = *(struct published *const *)b;
+	return p->stats.v[HP_STAT_HUGETLB_LIVE_BYTES] +
+	       p->stats.v[HP_STAT_THP_LIVE_BYTES];
+}
 
+/* Largest huge-page user first; pid breaks ties, so the order is stable. */
+static int by_huge_bytes(const void *a, const void *b)
+{
+	const struct hp_proc *x = a, *y = b;
+	uint64_t hx = huge_bytes(x), hy = huge_bytes(y);
+
+	if (hx != hy)
+		return hx < hy ? 1 : -1;
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-static bool is_pid_name(const char *s)
+static void print_table(struct hp_proc_list *l)
 {
-	return *s && strspn(s, "0123456789") == strlen(s) && strlen(s) < 11;
-}
+	struct row r, sum = { 0 };
+	char pid[24], what[32];
 
-static void prune(int procfd, pid_t pid)
-{
-	if (publish_remove_pid_dir(procfd, pid) == 0)
-		warnx("pruned the entry of dead process %ld", (long)pid);
-}
-
-/* One proc/<pid> entry: collect it if live, prune it if dead.  An entry
- * without a readable stats file of a live pid is being set up: skip it. */
-static void visit(int procfd, const char *name, struct found *f)
-{
-	static struct published pub;
-	pid_t pid = (pid_t)strtol(name, NULL, 10);
-	int fd = openat(procfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			O_CLOEXEC);
-
-	if (fd < 0)
-		return;
-	if (published_read(fd, &pub) != 0) {
-		close(fd);
-		if (kill(pid, 0) != 0 && errno == ESRCH)
-			prune(procfd, pid);
-		return;
+	if (l->count > 1) /* procs is NULL when empty */
+		qsort(l->procs, l->count, sizeof(*l->procs), by_huge_bytes);
+	printf(TABLE_HEAD, "PID", "COMMAND", "HUGETLB", "THP", "CACHED", "HIT%",
+	       "FALLBACKS", "FAILURES", "ORIGINS");
+	for (size_t i = 0; i < l->count; i++) {
+		row_of(&l->procs[i], &r);
+		row_add(&sum, &r);
+		snprintf(pid, sizeof(pid), "%ld", l->procs[i].pid);
+		print_row(pid, l->procs[i].comm, &r);
 	}
-	close(fd);
-	if (pub.pid != pid || !published_alive(&pub))
-		prune(procfd, pid);
-	else
-		add(f, &pub);
+	snprintf(what, sizeof(what), "%zu process%s", l->count,
+		 l->count == 1 ? "" : "es");
+	print_row("total", what, &sum);
 }
 
-static void scan_all(struct found *f)
-{
-	int root = ctl_dir_open(false), procfd;
-	DIR *d;
-	struct dirent *e;
+/* ---- --long and --json: everything that was published --------------------------- */
 
-	if (root < 0)
-		return;
-	procfd = openat(root, "proc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			O_CLOEXEC);
-	close(root);
-	if (procfd < 0)
-		return;
-	d = fdopendir(procfd);
-	if (!d) {
-		close(procfd);
-		return;
-	}
-	while ((e = readdir(d)))
-		if (is_pid_name(e->d_name))
-			visit(dirfd(d), e->d_name, f);
-	closedir(d);
+static const char *source_text(int source)
+{
+	const char *s = hp_source_name(source);
+
+	return s ? s : "?";
 }
 
-static void print_text(const struct published *p)
+static void print_long(const struct hp_proc *p)
 {
-	printf("pid %ld (%s), start time %llu\n", p->pid, p->comm,
-	       p->start_time);
+	printf("pid %ld (%s), start time %llu\n", p->pid, p->comm, p->start_time);
+	if (p->alive < 0)
+		printf("  (cannot tell from here whether it still runs: another pid "
+		       "namespace, or no /proc)\n");
 	printf("  stats:\n");
-	for (int i = 0; i < p->nstats; i++)
-		printf("    %-24s %llu\n", p->stats[i].name, p->stats[i].value);
+	for (int s = 0; s < HP_STAT_COUNT; s++)
+		if (p->stat_mask & ((uint64_t)1 << s))
+			printf("    %-24s %llu\n", hp_stat_name(s),
+			       (unsigned long long)p->stats.v[s]);
 	printf("  knobs:\n");
 	for (int i = 0; i < p->nknobs; i++) {
 		printf("    %s=%s (%s)\n", p->knobs[i].name, p->knobs[i].value,
-		       p->knobs[i].source);
+		       source_text(p->knobs[i].source));
 		if (p->knobs[i].rejected[0])
 			printf("      rejected: %s\n", p->knobs[i].rejected);
 	}
 }
 
-static void print_json(struct json *j, const struct published *p)
+static void print_json(struct json *j, const struct hp_proc *p)
 {
 	json_obj(j, NULL);
 	json_num(j, "pid", p->pid);
 	json_str(j, "comm", p->comm);
 	json_u64(j, "start_time", p->start_time);
 	json_obj(j, "stats");
-	for (int i = 0; i < p->nstats; i++)
-		json_u64(j, p->stats[i].name, p->stats[i].value);
+	for (int s = 0; s < HP_STAT_COUNT; s++)
+		if (p->stat_mask & ((uint64_t)1 << s))
+			json_u64(j, hp_stat_name(s), p->stats.v[s]);
 	json_end_obj(j);
 	json_obj(j, "knobs");
 	for (int i = 0; i < p->nknobs; i++) {
 		json_obj(j, p->knobs[i].name);
 		json_str(j, "value", p->knobs[i].value);
-		json_str(j, "source", p->knobs[i].source);
+		json_str(j, "source", source_text(p->knobs[i].source));
 		json_str(j, "rejected", p->knobs[i].rejected);
 		json_end_obj(j);
 	}
@@ -151,52 +264,89 @@ static void print_json(struct json *j, const struct published *p)
 	json_end_obj(j);
 }
 
-/* Explicit PIDs: each must be a live hpalloc process; a bad one is
- * reported (exit 1) without hiding the others. */
-static int collect_pids(struct hpctl *c, struct found *f)
+static void print_all_json(const struct hp_proc_list *l)
 {
-	static struct published pub;
-	int rc = EXIT_OK;
+	struct json j;
 
-	for (int i = 0; i < c->argc; i++)
-		parse_pid(c->argv[i]); /* all usage errors first */
-	for (int i = 0; i < c->argc; i++) {
-		if (ctl_proc_lookup(parse_pid(c->argv[i]), &pub) == 0)
-			add(f, &pub);
-		else
-			rc = EXIT_RUNTIME;
-	}
-	return rc;
+	json_begin(&j, stdout);
+	json_arr(&j, NULL);
+	for (size_t i = 0; i < l->count; i++)
+		print_json(&j, &l->procs[i]);
+	json_end_arr(&j);
+	json_finish(&j);
 }
 
 int cmd_stats(struct hpctl *c)
 {
-	struct found f = { 0 };
-	struct json j;
-	int rc = EXIT_OK;
+	struct hp_proc_list l = { 0 };
+	int rc = c->argc ? collect_pids(c, &l) : collect_all(&l);
 
-	if (c->argc)
-		rc = collect_pids(c, &f);
-	else
-		scan_all(&f);
-	if (f.n > 1)
-		qsort(f.v, (size_t)f.n, sizeof(*f.v), by_pid);
-	json_begin(&j, stdout);
 	if (c->json)
-		json_arr(&j, NULL);
-	for (int i = 0; i < f.n; i++) {
-		if (c->json)
-			print_json(&j, f.v[i]);
-		else
-			print_text(f.v[i]);
-	}
-	if (c->json) {
-		json_end_arr(&j);
-		json_finish(&j);
-	} else if (f.n == 0 && c->argc == 0) {
+		print_all_json(&l);
+	else if (l.count == 0 && c->argc == 0)
 		printf("no live process publishes hpalloc stats in %s/proc\n",
 		       ctl_dir_path());
-	}
-	release(&f);
+	else if (c->long_form)
+		for (size_t i = 0; i < l.count; i++)
+			print_long(&l.procs[i]);
+	else if (l.count)
+		print_table(&l);
+	hp_proc_list_free(&l);
 	return rc;
+}
+
+/* ---- top ---------------------------------------------------------------------- */
+
+static volatile sig_atomic_t top_stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	top_stop = 1;
+}
+
+static void sleep_interruptible(double seconds)
+{
+	struct timespec t = { (time_t)seconds,
+			      (long)((seconds - (double)(time_t)seconds) * 1e9) };
+
+	while (!top_stop && nanosleep(&t, &t) != 0 && errno == EINTR)
+		;
+}
+
+static void top_frame(bool tty)
+{
+	struct hp_proc_list l = { 0 };
+	char when[32];
+	time_t now = time(NULL);
+
+	strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+	if (tty)
+		fputs("\033[H\033[2J", stdout); /* home, clear: any VT100 */
+	printf("hpctl top - %s - %s/proc\n\n", when, ctl_dir_path());
+	collect_all(&l);
+	print_table(&l);
+	hp_proc_list_free(&l);
+	if (!tty)
+		putchar('\n');
+	fflush(stdout);
+}
+
+int cmd_top(struct hpctl *c)
+{
+	struct sigaction sa = { .sa_handler = on_stop };
+	bool tty = isatty(STDOUT_FILENO);
+
+	if (c->argc)
+		die_usage("top takes no arguments (options: -d SECONDS, -n COUNT)");
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	for (long i = 0; !top_stop && (c->top_count == 0 || i < c->top_count); i++) {
+		if (i)
+			sleep_interruptible(c->top_delay);
+		if (!top_stop)
+			top_frame(tty);
+	}
+	return EXIT_OK;
 }

@@ -5,6 +5,7 @@
 #endif
 
 #include "hpctl.h"
+#include "internal.h" /* ring_probe */
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef HAVE_LIBURING
-#include <liburing.h>
-#endif
 
 #define HUGEPAGES_DIR "/sys/kernel/mm/hugepages"
 #define THP_DIR "/sys/kernel/mm/transparent_hugepage"
@@ -131,28 +129,14 @@ static void size_name(unsigned long long kb, char *buf, size_t len)
 struct uring_state {
 	long long sysctl;    /* kernel.io_uring_disabled, -1 if absent */
 	bool available;
-	char detail[128];
+	char detail[160];
 };
 
+/* The library's own probe: what it says is what a process would do. */
 static void probe_uring(struct uring_state *u)
 {
 	u->sysctl = read_number("/proc/sys/kernel/io_uring_disabled");
-#ifdef HAVE_LIBURING
-	struct io_uring ring;
-	int r = io_uring_queue_init(2, &ring, 0);
-
-	u->available = r == 0;
-	if (r == 0) {
-		io_uring_queue_exit(&ring);
-		snprintf(u->detail, sizeof(u->detail), "io_uring_queue_init works");
-	} else {
-		snprintf(u->detail, sizeof(u->detail),
-			 "io_uring_queue_init: %s", strerror(-r));
-	}
-#else
-	u->available = false;
-	snprintf(u->detail, sizeof(u->detail), "hpalloc built without liburing");
-#endif
+	u->available = ring_probe(u->detail, sizeof(u->detail));
 }
 
 /* ---- hugetlbfs mounts ------------------------------------------------------ */
@@ -211,7 +195,8 @@ static void status_text(const struct status *s)
 	for (int i = 0; i < s->mounts.n; i++)
 		printf("  %s (%s)\n", s->mounts.path[i], s->mounts.opts[i]);
 	printf("io_uring: %s (kernel.io_uring_disabled=%lld; %s)\n",
-	       s->uring.available ? "available" : "unavailable",
+	       s->uring.available ? "available for page release" :
+	       "unavailable: processes release pages synchronously",
 	       s->uring.sysctl, s->uring.detail);
 	printf("control directory: %s\n", ctl_dir_path());
 	printf("effective knobs:\n");

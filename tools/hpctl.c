@@ -31,10 +31,16 @@ static const char usage_text[] =
 	"                            effective knobs\n"
 	"  pool SIZE=COUNT...        resize hugetlb pools (root) and report what the\n"
 	"                            kernel gave, e.g. pool 2M=512 1G=2\n"
-	"  stats [PID...]            live stats of processes using hpalloc (prunes dead)\n"
-	"  run [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
+	"  stats [--long] [PID...]   processes using hpalloc, one line each, largest\n"
+	"                            first, and a total (--long: every counter and\n"
+	"                            knob; entries of dead processes are pruned)\n"
+	"  top [-d SECONDS] [-n COUNT]\n"
+	"                            the stats table, redrawn every second (-d) until\n"
+	"                            interrupted (or COUNT times)\n"
+	"  run [--check] [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
 	"                            run COMMAND with hpalloc backing NumPy and these\n"
-	"                            knobs for that process alone\n"
+	"                            knobs for that process alone; --check: exit 1\n"
+	"                            if no process of COMMAND activated hpalloc\n"
 	"\n"
 	"Options:\n"
 	"  --json                    machine-readable output\n"
@@ -119,6 +125,7 @@ static const struct command commands[] = {
 	{ "status", cmd_status, false },
 	{ "pool", cmd_pool, false },
 	{ "stats", cmd_stats, false },
+	{ "top", cmd_top, false },
 	{ "run", cmd_run, false },
 	{ "--list-knobs", cmd_list_knobs, false },     /* for bash completion */
 	{ "--list-choices", cmd_list_choices, false },
@@ -168,6 +175,12 @@ static int global_option(struct hpctl *c, int argc, char **argv, int i)
  * word that is not KNOB=VALUE). */
 static void split_run(struct hpctl *c, int argc, char **argv, int i)
 {
+	for (; i < argc && !strncmp(argv[i], "--", 2) && argv[i][2]; i++) {
+		if (!strcmp(argv[i], "--check"))
+			c->run_check = true;
+		else
+			die_usage("run: unknown option '%s'", argv[i]);
+	}
 	c->argv = argv + i;
 	c->argc = 0;
 	while (i < argc && strcmp(argv[i], "--") != 0 && strchr(argv[i], '=')) {
@@ -178,6 +191,55 @@ static void split_run(struct hpctl *c, int argc, char **argv, int i)
 		i++;
 	c->cmd_argv = argv + i;
 	c->cmd_argc = argc - i;
+}
+
+/* A number of seconds for top -d: 0.1 to 3600. */
+static double parse_delay(const char *text)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (errno || end == text || *end || !(v >= 0.1 && v <= 3600))
+		die_usage("invalid delay '%s' (seconds, 0.1 to 3600)", text);
+	return v;
+}
+
+static long parse_count(const char *text)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v <= 0 || text[0] == '+')
+		die_usage("invalid count '%s' (a positive number of frames)", text);
+	return v;
+}
+
+/* Options of one subcommand, after it.  Returns how many argv entries were
+ * consumed (0: not one of its options). */
+static int command_option(struct hpctl *c, const struct command *cmd,
+			  int argc, char **argv, int i)
+{
+	const char *a = argv[i];
+	bool delay = !strcmp(a, "-d") || !strcmp(a, "--delay");
+	bool count = !strcmp(a, "-n") || !strcmp(a, "--iterations");
+
+	if (cmd->fn == cmd_stats && !strcmp(a, "--long")) {
+		c->long_form = true;
+		return 1;
+	}
+	if (cmd->fn != cmd_top || !(delay || count))
+		return 0;
+	if (i + 1 >= argc)
+		die_usage("%s needs a value", a);
+	if (delay)
+		c->top_delay = parse_delay(argv[i + 1]);
+	else
+		c->top_count = parse_count(argv[i + 1]);
+	return 2;
 }
 
 static void parse_args(struct hpctl *c, int argc, char **argv,
@@ -210,7 +272,8 @@ static void parse_args(struct hpctl *c, int argc, char **argv,
 		exit(EXIT_RUNTIME);
 	}
 	while (i < argc) {
-		if ((n = global_option(c, argc, argv, i))) {
+		if ((n = global_option(c, argc, argv, i)) ||
+		    (n = command_option(c, *cmd, argc, argv, i))) {
 			i += n;
 			continue;
 		}
@@ -220,11 +283,13 @@ static void parse_args(struct hpctl *c, int argc, char **argv,
 	}
 	if (c->pid && !(*cmd)->takes_pid)
 		die_usage("-p PID works with get, set and reset only");
+	if (c->json && (*cmd)->fn == cmd_top)
+		die_usage("top has no --json (use stats --json)");
 }
 
 int main(int argc, char **argv)
 {
-	struct hpctl c = { 0 };
+	struct hpctl c = { .top_delay = 1.0 };
 	const struct command *cmd;
 	char **owned;
 	int rc;

@@ -2,8 +2,9 @@
  *
  * hpctl is a thin adapter: every knob is validated, rendered and parsed by
  * the library (hp_knob_*), the control-directory rules come from lib/control.c
- * and the per-process file from lib/publish.c (hpctl links the library's
- * convenience archive, so their hidden helpers are reachable).
+ * (hpctl links the library's convenience archive, so its hidden helpers are
+ * reachable), and the per-process entries -- their format and when one is
+ * stale -- are read by the library (hp_proc_get / hp_proc_list).
  */
 #ifndef HPCTL_H
 #define HPCTL_H
@@ -18,10 +19,14 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 struct hpctl {
 	bool json;
+	bool long_form;     /* stats --long: every counter and knob */
+	double top_delay;   /* top -d SECONDS between frames (default 1) */
+	long top_count;     /* top -n COUNT frames, 0 = until interrupted */
 	pid_t pid;          /* -p PID, 0 if not given */
 	int argc;           /* positional arguments after the subcommand */
 	char **argv;
 	int cmd_argc;       /* run: the command after "--" (or after knobs) */
+	bool run_check;     /* run --check */
 	char **cmd_argv;
 };
 
@@ -32,6 +37,15 @@ void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warn_unknown_knob(const char *name);
 /* Knob index of name, or exit 2 naming the known knobs. */
 int knob_or_die(const char *name);
+/* One KNOB=VALUE of a command line, validated (hpctl-knobs.c). */
+struct assignment {
+	int knob;
+	char name[64];
+	char canon[HP_KNOB_VALUE_MAX];
+};
+/* Every KNOB=VALUE validated before anything happens: all errors are
+ * reported, then exit 2 if there was any.  Free the array. */
+struct assignment *parse_assignments(int argc, char **argv);
 
 /* hpctl-json.c: a tiny streaming JSON writer (commas and escaping). */
 struct json {
@@ -57,35 +71,15 @@ const char *ctl_dir_path(void);
 /* Open the control directory (create it 0755 when create): fd, or -1 if it
  * does not exist and !create.  Exits 1 if it is refused. */
 int ctl_dir_open(bool create);
-struct published;
-/* The published stats of a live hpalloc process: 0, or -1 after saying why
- * (and pruning the entry of a dead one). */
-int ctl_proc_lookup(pid_t pid, struct published *pub);
+/* The published entry of a process using hpalloc (lib/published.c reads
+ * it): 0, or -1 after saying why (a dead one's entry is pruned on the way). */
+int ctl_proc_lookup(pid_t pid, struct hp_proc *proc);
 /* Open <dir>/proc/<pid> of a live hpalloc process (exit 1 otherwise). */
 int ctl_proc_open(pid_t pid);
 /* Open or create <dir>/proc/<pid>/override of a live process. */
 int ctl_override_open(pid_t pid, bool create);
 /* As root, chown dirfd (name NULL) or dirfd/name to the owner of piddir. */
 void give_to_owner_of(int piddir, int dirfd, const char *name);
-/* A process's published stats file. */
-struct published {
-	long pid;
-	char comm[64];
-	unsigned long long start_time;
-	int nstats;
-	struct { char name[48]; unsigned long long value; } stats[64];
-	int nknobs;
-	struct {
-		char name[48];
-		char value[HP_KNOB_VALUE_MAX];
-		char source[16];
-		char rejected[HP_KNOB_ERROR_MAX];
-	} knobs[64];
-};
-/* Read and parse proc/<pid>/stats below procfd; -1 + errno. */
-int published_read(int piddir, struct published *out);
-/* 1 live (same process that published), 0 dead or pid recycled. */
-int published_alive(const struct published *p);
 pid_t parse_pid(const char *text); /* > 0, or exit 2 */
 
 /* Subcommands: each returns the exit status. */
@@ -97,6 +91,7 @@ int cmd_run(struct hpctl *c);
 int cmd_status(struct hpctl *c);
 int cmd_pool(struct hpctl *c);
 int cmd_stats(struct hpctl *c);
+int cmd_top(struct hpctl *c);
 int cmd_list_knobs(struct hpctl *c);
 int cmd_list_choices(struct hpctl *c);
 

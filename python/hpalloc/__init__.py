@@ -7,6 +7,7 @@ in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
     hpalloc.stats()               # the library's counters
     hpalloc.config()              # effective knobs, their sources and help
     hpalloc.set("threshold", "4M")
+    hpalloc.processes()           # every process using hpalloc, as hpctl stats
     import hpalloc.numpy
     hpalloc.numpy.install()       # every NumPy array from now on
 """
@@ -14,7 +15,7 @@ in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
 from . import _hpalloc
 
 __all__ = ["__version__", "stats", "config", "set", "reset", "parse_size",
-           "format_size", "cache_flush"]
+           "format_size", "cache_flush", "processes", "parse_knob"]
 
 __version__ = _hpalloc.version()
 
@@ -43,6 +44,18 @@ def set(knob, value):
     _hpalloc.set(knob, value)
 
 
+def parse_knob(knob, value):
+    """Validate without applying: the canonical form of value for knob
+    ("4096K" -> "4M"), or ValueError with the library's message."""
+    if isinstance(value, bool):
+        raise TypeError("knob values are strings or ints, not bool")
+    if isinstance(value, int):
+        value = str(value)
+    if not isinstance(knob, str) or not isinstance(value, str):
+        raise TypeError("parse_knob(knob: str, value: str | int)")
+    return _hpalloc.parse_knob(knob, value)
+
+
 def reset(knob=None):
     """Drop the per-process override of knob (None: of every knob)."""
     _hpalloc.unset(knob)
@@ -61,3 +74,15 @@ def format_size(nbytes):
 def cache_flush():
     """Give every cached huge block back to the kernel now and wait."""
     _hpalloc.cache_flush()
+
+
+def processes():
+    """Every process that publishes hpalloc stats in the control directory
+    (the same entries `hpctl stats` shows), sorted by pid:
+    [{"pid", "comm", "start_time", "alive", "stats": {name: int},
+      "knobs": {knob: {"value", "source", "rejected"}}}].
+
+    The library reads the entries and removes those of processes proven
+    gone; "alive" is True when checked, None when it cannot be checked from
+    here (another pid namespace, no /proc)."""
+    return _hpalloc.processes()

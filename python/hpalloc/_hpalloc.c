@@ -391,6 +391,23 @@ static PyObject *py_set(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* Validate only: the canonical value, or ValueError with the library's
+ * message (knob, bad value, what is accepted).  Changes nothing. */
+static PyObject *py_parse_knob(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *name, *text;
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX] = "";
+	if (!PyArg_ParseTuple(args, "ss:parse_knob", &name, &text))
+		return NULL;
+	if (hp_knob_parse(name, text, canon, sizeof canon, err, sizeof err) != 0) {
+		PyErr_SetString(PyExc_ValueError,
+				err[0] ? err : "invalid knob or value");
+		return NULL;
+	}
+	return PyUnicode_FromString(canon);
+}
+
 static PyObject *py_unset(PyObject *self, PyObject *args)
 {
 	(void)self;
@@ -404,6 +421,99 @@ static PyObject *py_unset(PyObject *self, PyObject *args)
 	if (hp_knob_unset(name) != 0)
 		return PyErr_SetFromErrno(PyExc_OSError);
 	Py_RETURN_NONE;
+}
+
+/* ---- processes using hpalloc (the library reads their entries) ----------- */
+
+static int add_ull(PyObject *dict, const char *key, unsigned long long value)
+{
+	PyObject *v = PyLong_FromUnsignedLongLong(value);
+	if (v == NULL)
+		return -1;
+	int rc = PyDict_SetItemString(dict, key, v);
+	Py_DECREF(v);
+	return rc;
+}
+
+static PyObject *proc_stats_dict(const struct hp_proc *p)
+{
+	PyObject *d = PyDict_New();
+	if (d == NULL)
+		return NULL;
+	for (int s = 0; s < HP_STAT_COUNT; s++)
+		if ((p->stat_mask & ((uint64_t)1 << s)) &&
+		    add_ull(d, hp_stat_name(s), p->stats.v[s]) != 0) {
+			Py_DECREF(d);
+			return NULL;
+		}
+	return d;
+}
+
+static PyObject *proc_knobs_dict(const struct hp_proc *p)
+{
+	PyObject *d = PyDict_New();
+	if (d == NULL)
+		return NULL;
+	for (int k = 0; k < p->nknobs; k++) {
+		const struct hp_proc_knob *kn = &p->knobs[k];
+		PyObject *one = PyDict_New();
+		if (one == NULL || add_str(one, "value", kn->value) ||
+		    add_str(one, "source", hp_source_name(kn->source)) ||
+		    add_str(one, "rejected", kn->rejected) ||
+		    PyDict_SetItemString(d, kn->name, one) != 0) {
+			Py_XDECREF(one);
+			Py_DECREF(d);
+			return NULL;
+		}
+		Py_DECREF(one);
+	}
+	return d;
+}
+
+/* The same fields as `hpctl --json stats`, plus "alive". */
+static PyObject *proc_dict(const struct hp_proc *p)
+{
+	PyObject *d = PyDict_New(), *stats = NULL, *knobs = NULL;
+	if (d == NULL)
+		return NULL;
+	if (add_ull(d, "pid", (unsigned long long)p->pid) ||
+	    add_str(d, "comm", p->comm) ||
+	    add_ull(d, "start_time", p->start_time) ||
+	    PyDict_SetItemString(d, "alive", p->alive > 0 ? Py_True : Py_None) ||
+	    (stats = proc_stats_dict(p)) == NULL ||
+	    PyDict_SetItemString(d, "stats", stats) ||
+	    (knobs = proc_knobs_dict(p)) == NULL ||
+	    PyDict_SetItemString(d, "knobs", knobs)) {
+		Py_XDECREF(stats);
+		Py_XDECREF(knobs);
+		Py_DECREF(d);
+		return NULL;
+	}
+	Py_DECREF(stats);
+	Py_DECREF(knobs);
+	return d;
+}
+
+static PyObject *py_processes(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	struct hp_proc_list l;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hp_proc_list(&l);
+	Py_END_ALLOW_THREADS
+	if (rc != 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	PyObject *list = PyList_New(0);
+	for (size_t i = 0; list != NULL && i < l.count; i++) {
+		PyObject *d = proc_dict(&l.procs[i]);
+		if (d == NULL || PyList_Append(list, d) != 0)
+			Py_CLEAR(list);
+		Py_XDECREF(d);
+	}
+	hp_proc_list_free(&l);
+	return list;
 }
 
 static PyObject *py_parse_size(PyObject *self, PyObject *arg)
@@ -463,11 +573,15 @@ static PyMethodDef methods[] = {
 	 "config() -> {knob: {value, source, default, help, ...}}"},
 	{"set", py_set, METH_VARARGS,
 	 "set(knob, value): per-process override; ValueError if refused"},
+	{"parse_knob", py_parse_knob, METH_VARARGS,
+	 "parse_knob(knob, value) -> canonical value; ValueError if refused (nothing changes)"},
 	{"unset", py_unset, METH_VARARGS,
 	 "unset(knob=None): drop the per-process override of knob (None: all)"},
 	{"parse_size", py_parse_size, METH_O, "parse_size('4M') -> 4194304"},
 	{"format_size", py_format_size, METH_O, "format_size(4194304) -> '4M'"},
 	{"version", py_version, METH_NOARGS, "version() -> libhpalloc version"},
+	{"processes", py_processes, METH_NOARGS,
+	 "processes() -> [{pid, comm, start_time, alive, stats, knobs}] of every process publishing hpalloc stats"},
 	{"cache_flush", py_cache_flush, METH_NOARGS,
 	 "cache_flush(): release every cached block and wait for the releases"},
 	{NULL, NULL, 0, NULL},

@@ -133,6 +133,22 @@ pool 2M=1 bogus=1
 stats abc
 stats 0
 stats -1
+stats --bogus
+get --long
+# top
+top extra
+top -d
+top -d 0
+top -d 0.01
+top -d 5000
+top -d x
+top -n
+top -n 0
+top -n -3
+top -n 1.5
+top --long
+--json top
+-p 123 top
 # run
 run
 run threshold=8M

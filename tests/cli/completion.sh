@@ -36,6 +36,10 @@ if [ -d /sys/kernel/mm/hugepages/hugepages-2048kB ]; then
 fi
 mkdir -p "$CTL/proc/4242"
 same "$(complete stats 42)" "4242" "stats PID"
+same "$(complete stats --l)" "--long" "stats --long"
+same "$(complete t)" "top" "t"
+same "$(complete top -)" "--delay --iterations -d -n" "top options"
+same "$(complete top -d '')" "" "top -d SECONDS"
 same "$(complete -p 42)" "4242" "-p PID"
 
 done_ok

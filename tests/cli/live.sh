@@ -60,12 +60,12 @@ ok
 printf '32M\n' >"$CTL/threshold"
 
 # ---- stats of a running process ------------------------------------------------------
-expect 0 "$HPCTL" stats "$pid1"
+expect 0 "$HPCTL" stats --long "$pid1"
 contains "$out" "pid $pid1 (knobwatch)" "stats PID header"
 contains "$out" "threshold=32M (control)" "stats PID knobs"
 contains "$out" "config_generation" "stats PID counters"
 contains "$out" "rejected: " "stats shows the rejected value"
-expect 0 "$HPCTL" stats
+expect 0 "$HPCTL" stats --long
 contains "$out" "pid $pid1 (knobwatch)" "stats of all processes"
 expect 0 "$HPCTL" stats --json "$pid1"
 valid_json "$out" "stats --json"
@@ -150,7 +150,7 @@ kill -KILL "$pid3"
 wait "$pid3" 2>/dev/null
 [ -f "$CTL/proc/$pid3/stats" ] || fail "a SIGKILLed process cannot clean up: its entry should still be there"
 ok
-expect 0 "$HPCTL" stats
+expect 0 "$HPCTL" stats --long
 case $out in *"pid $pid3 "*) fail "stats lists dead $pid3" ;; esac
 contains "$err" "pruned the entry of dead process $pid3" "prune message"
 [ -e "$CTL/proc/$pid3" ] && fail "entry of $pid3 not pruned"
@@ -158,7 +158,8 @@ ok
 # A live pid whose entry was left by an earlier process (recycled pid):
 # start times differ, so it is stale too.
 mkdir -p "$CTL/proc/$$/override"
-printf 'hpalloc-stats 1\npid %s\ncomm old\nstart_time 1\n' $$ >"$CTL/proc/$$/stats"
+printf 'hpalloc-stats 1\npid %s\ncomm old\nstart_time 1\npidns %s\n' $$ \
+	"$(stat -L -c '%d %i' /proc/self/ns/pid)" >"$CTL/proc/$$/stats"
 echo 1G >"$CTL/proc/$$/override/threshold"
 expect 0 "$HPCTL" stats --json
 valid_json "$out" "stats --json of all"

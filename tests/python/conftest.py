@@ -29,6 +29,17 @@ import numpy as np  # noqa: E402
 import hpalloc  # noqa: E402
 import hpalloc.numpy  # noqa: E402
 
+if INPLACE and not os.path.abspath(hpalloc.__file__).startswith(
+        os.path.join(os.path.abspath(INPLACE), "hpalloc")):
+    # a copy installed on the machine was imported before ours: the tests
+    # would test it, not this tree
+    raise ImportError("the tests must import %s, got %s" % (INPLACE, hpalloc.__file__))
+
+
+def pytest_report_header(config):
+    return "hpalloc under test: %s (library %s)" % (
+        os.path.dirname(hpalloc.__file__), hpalloc.__version__)
+
 GiB = 1 << 30
 MiB = 1 << 20
 HUGEPAGES = "/sys/kernel/mm/hugepages"
@@ -81,18 +92,27 @@ class PoolReservation:
     def __init__(self):
         self.added = {}
 
-    def reserve(self, pagesize, count):
+    def reserve(self, pagesize, count, exact=False):
+        """Add `count` free pages; with exact=True, make exactly `count`
+        pages free (a short pool must be short whatever free pages the
+        pool already had: run-test holds the machine-wide test lock, so
+        nobody else is using them)."""
         if os.geteuid() != 0:
             pytest.skip("reserving a hugetlb pool needs root (CI runs as root)")
         if not os.path.isdir(pool_dir(pagesize)):
             pytest.skip("kernel offers no %d kB huge pages" % (pagesize // 1024))
         before = pool_read(pagesize, "nr_hugepages")
+        if exact:
+            count -= pool_read(pagesize, "free_hugepages")
+        if count < 0 and before + count < 0:
+            pytest.skip("cannot shrink the %d kB pool" % (pagesize // 1024))
         pool_write_nr(pagesize, before + count)
         got = pool_read(pagesize, "nr_hugepages") - before
-        self.added[pagesize] = self.added.get(pagesize, 0) + max(got, 0)
-        if got < count:
+        self.added[pagesize] = self.added.get(pagesize, 0) + got
+        if got != count:
             pytest.skip("kernel gave %d of %d %d kB huge pages (memory too "
-                        "fragmented)" % (got, count, pagesize // 1024))
+                        "fragmented, or pages in use)" % (got, count,
+                                                          pagesize // 1024))
 
     def release(self):
         hpalloc.cache_flush()  # cached blocks still hold pool pages
@@ -150,6 +170,9 @@ def python_env(**extra):
     if INPLACE:
         env["PYTHONPATH"] = os.pathsep.join(
             [INPLACE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        # `hpctl run` started by a test activates this tree's package, not
+        # a copy installed on the machine (tools/hpctl-run.c)
+        env["HPALLOC_PYTHON_DIR"] = INPLACE
     env.update(extra)
     return env
 
@@ -179,6 +202,6 @@ def user_site(tmp_path):
     if enabled != "True":
         pytest.skip("this interpreter disables the user site directory")
     os.makedirs(path)
-    for name in ("hpalloc", "hpalloc-numpy.pth"):
+    for name in os.listdir(INPLACE):  # the package, hpalloc_activate, the .pth
         os.symlink(os.path.join(INPLACE, name), os.path.join(path, name))
     return env

@@ -1,15 +1,25 @@
 """The package as `make install` lays it out (the DESTDIR stage that
-tests/consumer builds before the tests run): extension, sources and .pth
-in the directory the interpreter searches, HPALLOC_NUMPY=1 working from it."""
+tests/consumer builds before the tests run), tested in isolation from any
+copy installed on this machine: the interpreters here start with -S and add
+only NumPy's directory and the stage, so an hpalloc under /usr/local or
+/usr/lib/python3 (README command 1, the Debian package) cannot be the one
+imported."""
 
 import glob
 import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import python_env, run_python
+from conftest import python_env
 
 BUILDDIR = os.environ.get("abs_top_builddir")
+
+
+def numpy_dir():
+    import numpy
+    return os.path.dirname(os.path.dirname(numpy.__file__))
 
 
 @pytest.fixture
@@ -28,21 +38,31 @@ def staged():
     return site_dir, env
 
 
+def isolated(code, site_dir, env):
+    """Python without its site directories; then NumPy's and the stage's
+    (whose .pth runs, as in a real site directory)."""
+    prologue = ("import site; site.addsitedir(%r); site.addsitedir(%r); "
+                % (numpy_dir(), site_dir))
+    return subprocess.run([sys.executable, "-S", "-c", prologue + code], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_installed_package_layout(staged):
     site_dir, _ = staged
     # Everything in one directory: a package split between pythondir and
     # pyexecdir would not import.
     assert site_dir.endswith(("dist-packages", "site-packages"))
-    for name in ("__init__.py", "numpy.py", "_autoload.py", "_hpalloc.so"):
-        assert os.path.exists(os.path.join(site_dir, "hpalloc", name)), name
+    for name in ("hpalloc/__init__.py", "hpalloc/numpy.py", "hpalloc/_hpalloc.so",
+                 "hpalloc/_boot/sitecustomize.py", "hpalloc_activate.py"):
+        assert os.path.exists(os.path.join(site_dir, name)), name
 
 
 def test_installed_package_activates_with_hpalloc_numpy(staged):
     site_dir, env = staged
-    code = ("import site; site.addsitedir(%r); import numpy as np, hpalloc, "
-            "hpalloc.numpy as h; print(h.get_handler_name(np.ones(10)), "
-            "h.installed(), hpalloc.__file__.startswith(%r))" % (site_dir, site_dir))
-    proc = run_python(code, env=dict(env, HPALLOC_NUMPY="1"))
+    code = ("import numpy as np, hpalloc, hpalloc.numpy as h; "
+            "print(h.get_handler_name(np.ones(10)), h.installed(), "
+            "hpalloc.__file__.startswith(%r))" % site_dir)
+    proc = isolated(code, site_dir, dict(env, HPALLOC_NUMPY="1"))
     assert proc.stdout.split() == ["hpalloc", "True", "True"], proc.stderr
-    proc = run_python(code, env=env)
+    proc = isolated(code, site_dir, env)
     assert proc.stdout.split() == ["default_allocator", "False", "True"], proc.stderr

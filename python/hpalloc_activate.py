@@ -1,0 +1,232 @@
+"""Activation at interpreter start-up: HPALLOC_NUMPY=1 (`hpctl run` sets it).
+
+A top-level module next to the `hpalloc` package, imported -- whatever the
+prefix hpalloc was installed to -- by
+  * hpalloc-numpy.pth, when that directory is one of the interpreter's site
+    directories (.pth files only run there), or
+  * hpalloc_boot/sitecustomize.py, which `hpctl run` puts first on
+    PYTHONPATH with this directory (then it runs the sitecustomize it
+    shadows).
+Importing it runs main() once per process (a second import is a no-op).
+It imports `hpalloc` only inside main(), so a package this interpreter
+cannot load is reported like any other failure, never as a traceback.
+
+Activation is lazy: each adapter is installed when the program imports the
+module it serves -- at once if that is already imported, else from an
+import hook -- so start-up costs no NumPy import and a program imports
+NumPy whenever it likes, from whichever thread.  Whatever does not take
+is said on stderr in one line (and the program runs on); with the
+`verbose` knob >= 1 what took is said too.  `hpctl run --check` passes
+HPALLOC_REPORT, a file each process appends "<pid> <adapter> ok|failed
+<why>" to.
+
+This module must not import hpalloc (or NumPy) at module level.
+"""
+
+import importlib.abc
+import importlib.machinery
+import os
+import site
+import sys
+
+_ON = ("1", "yes", "on", "true")
+_OFF = ("", "0", "no", "off", "false")
+
+# (adapter, module whose import triggers it, installer "module:function")
+ADAPTERS = [
+    ("numpy", "numpy", "hpalloc.numpy:install"),
+]
+
+
+
+def _interpreter():
+    return "%s (Python %s)" % (sys.executable or "python",
+                               sys.version.split()[0])
+
+
+def _report(adapter, ok, detail=""):
+    path = os.environ.get("HPALLOC_REPORT")
+    if path:
+        line = "%d %s %s %s\n" % (os.getpid(), adapter,
+                                  "ok" if ok else "failed", detail)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            try:
+                os.write(fd, line.replace("\n", " ").rstrip().encode() + b"\n")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+    if not ok:
+        sys.stderr.write("hpalloc: HPALLOC_NUMPY=%s but hpalloc is not active "
+                         "for %s in %s: %s; the program runs on the default "
+                         "allocator\n" % (os.environ.get("HPALLOC_NUMPY", ""),
+                                          adapter, _interpreter(), detail))
+    elif _verbose() >= 1:
+        sys.stderr.write("hpalloc[%d]: active for %s in %s\n"
+                         % (os.getpid(), adapter, _interpreter()))
+
+
+def _verbose():
+    try:
+        import hpalloc
+        return int(hpalloc.config()["verbose"]["value"])
+    except Exception:
+        return 0
+
+
+def _install(adapter, installer):
+    module, _, function = installer.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)()
+    except Exception as exc:  # the program must still run
+        _report(adapter, False, "%s: %s" % (type(exc).__name__, exc))
+    else:
+        _report(adapter, True)
+        if adapter == "numpy":
+            _numpy_in_main_thread()
+
+
+_pending_calls = []  # ctypes callbacks handed to CPython: kept alive
+
+
+def _numpy_in_main_thread():
+    """NumPy keeps its handler per context (a ContextVar), so install() in
+    another thread -- the program imported NumPy there first -- selected
+    hpalloc in that thread and in threads started later, not in the main
+    thread, where programs allocate most.  The main thread selects it at its
+    next bytecode, through a pending call (Py_AddPendingCall: CPython runs
+    those in the main thread), unless it chose a handler of its own."""
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        return
+    try:
+        import ctypes
+
+        @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        def select(_):
+            try:
+                hn = sys.modules.get("hpalloc.numpy")
+                if hn is not None and hn.installed() and \
+                        hn.get_handler_name() == "default_allocator":
+                    hn._set_hpalloc_in_this_context()
+            except Exception:  # never raise into the main thread
+                pass
+            return 0
+
+        add = ctypes.pythonapi.Py_AddPendingCall
+        add.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        add.restype = ctypes.c_int
+        _pending_calls.append(select)
+        if add(ctypes.cast(select, ctypes.c_void_p), None) != 0:
+            raise RuntimeError("Py_AddPendingCall refused")
+    except Exception as exc:
+        _report("numpy", False, "NumPy was imported in thread %s, and the main "
+                "thread cannot be switched (%s: %s)"
+                % (threading.current_thread().name, type(exc).__name__, exc))
+
+
+class _AfterImport(importlib.abc.Loader):
+    """The real loader, then the adapters waiting for this module."""
+
+    def __init__(self, loader, trigger):
+        self._loader = loader
+        self._trigger = trigger
+
+    def __getattr__(self, name):  # is_package, get_filename... of a spec
+        if name == "_loader":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        # The module keeps its real loader (importlib.resources & co).
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        for adapter, installer in self._trigger.loaded(module.__name__):
+            _install(adapter, installer)
+
+
+class _Trigger(importlib.abc.MetaPathFinder):
+    """Spots the first import of a trigger module (sys.meta_path[0]).
+
+    A spec is not an import: importlib.util.find_spec("numpy") (how many
+    programs test for an optional package) asks for one and never runs it.
+    So the adapters wait until a loader really executes the module."""
+
+    def __init__(self):
+        self.pending = {}  # module -> [(adapter, installer)]
+
+    def loaded(self, name):
+        """The adapters of name, once: name has just been executed."""
+        adapters = self.pending.pop(name, [])
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return adapters
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.pending:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _AfterImport(spec.loader, self)
+        return spec
+
+
+def _findable(module):
+    """Can this interpreter import module?  Looked up on sys.path plus the
+    site directories site.py may not have added yet (we may run from a .pth
+    file early in start-up), without importing it."""
+    if module in sys.modules:
+        return True
+    search = list(sys.path) + [d for d in site.getsitepackages()
+                               if d not in sys.path]
+    return importlib.machinery.PathFinder.find_spec(module, search) is not None
+
+
+def activate():
+    trigger = _Trigger()
+    for adapter, module, installer in ADAPTERS:
+        if module in sys.modules:
+            _install(adapter, installer)
+        elif adapter == "numpy" and not _findable(module):
+            _report(adapter, False, "NumPy is not installed for this "
+                    "interpreter (Debian: python3-numpy for /usr/bin/python3)")
+        else:
+            trigger.pending.setdefault(module, []).append((adapter, installer))
+    if trigger.pending:
+        sys.meta_path.insert(0, trigger)
+
+
+def main():
+    value = os.environ.get("HPALLOC_NUMPY", "")
+    choice = value.strip().lower()
+    if choice in _OFF:
+        return
+    if choice not in _ON:
+        sys.stderr.write("hpalloc: ignoring HPALLOC_NUMPY=%r (expected 1 or 0)\n"
+                         % value)
+        return
+    try:
+        import hpalloc  # noqa: F401  (the package itself, not an adapter)
+    except Exception as exc:
+        _report("numpy", False, "cannot import hpalloc (%s: %s)"
+                % (type(exc).__name__, exc))
+        return
+    activate()
+
+
+main()

@@ -1,0 +1,110 @@
+/* Successful calls leave errno as they found it.  On main before the fix
+ * the first hp_malloc(100) left ENOENT (absent control files) and a
+ * hugetlb->THP fallback left ENOMEM.  Each call below succeeds and must
+ * leave a sentinel errno untouched; the first call happens in a fresh
+ * process, where lazy initialisation runs. */
+#include "harness.h"
+#include "keeps_errno.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+
+static int child_first_calls(void)
+{
+	void *p = NULL, *q = NULL, *r = NULL;
+	struct hp_backing b;
+	struct hp_stats st;
+	struct hp_knob_info ki;
+	char buf[64];
+	uint64_t v;
+
+	KEEPS(p = hp_malloc(100)); /* the very first call: lazy init */
+	KEEPS(hp_free(p));
+	KEEPS(hp_knob_set("mode", "thp"));
+	KEEPS(hp_knob_set("threshold", "1M"));
+	KEEPS(p = hp_malloc(8 * MiB));
+	KEEPS(hp_backing(p, &b));
+	KEEPS(hp_kernel_backing(p, 8 * MiB, &b.kernel));
+	KEEPS(q = hp_realloc(p, 64 * MiB));
+	KEEPS(q = hp_realloc(q, 1000));
+	KEEPS(hp_usable_size(q));
+	KEEPS(hp_free(q));
+	KEEPS(p = hp_calloc(1, 16 * MiB));
+	KEEPS(hp_free_sized(p, 0));
+	KEEPS(p = hp_ctx_calloc(hp_ctx(HP_ORIGIN_NUMPY, 0), 4, MiB));
+	KEEPS(p = hp_ctx_realloc(hp_ctx(HP_ORIGIN_NUMPY, 0), p, 8 * MiB));
+	KEEPS(hp_ctx_free(NULL, p, 8 * MiB));
+	KEEPS(hp_huge_alloc(NULL, 8 * MiB, 64, 0, &r));
+	KEEPS(hp_huge_realloc(NULL, r, 32 * MiB, &r));
+	KEEPS(hp_owns(r));
+	KEEPS(hp_free(r));
+	KEEPS(hp_stats_get(&st));
+	KEEPS(hp_knob_info(0, &ki));
+	KEEPS(hp_knob_get("mode", buf, sizeof(buf)));
+	KEEPS(hp_knob_unset("mode"));
+	KEEPS(hp_knob_unset(NULL));
+	KEEPS(hp_parse_size("4M", &v));
+	KEEPS(hp_format_size(v, buf, sizeof(buf)));
+	KEEPS(hp_cache_flush());
+	KEEPS(hp_release_drain());
+	KEEPS(hp_control_reload());
+	KEEPS(hp_version());
+	return keeps_errno_failures ? 1 : 0;
+}
+
+/* mode=hugetlb with no free pool page falls back to THP: a success. */
+static int child_fallback(void)
+{
+	void *p = NULL;
+	hp_knob_set("mode", "hugetlb");
+	hp_knob_set("threshold", "1M");
+	hp_knob_set("fallback", "thp");
+	KEEPS(p = hp_malloc(8 * MiB));
+	struct hp_backing b;
+	if (!p || hp_backing(p, &b) != 0 || b.backend != HP_BACKEND_THP) {
+		fprintf(stderr, "FAIL: no THP fallback happened: the test did not test\n");
+		return 1;
+	}
+	KEEPS(hp_free(p));
+	return keeps_errno_failures ? 1 : 0;
+}
+
+static const struct harness_child_case children[] = {
+	{"first_calls", child_first_calls},
+	{"fallback", child_fallback},
+};
+
+static void run(const char *name)
+{
+	char err[8192];
+	int rc = harness_run_child(name, (const char *const[]){NULL}, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("child %s exited %d:\n%s", name, rc, err);
+}
+
+static void test_successful_calls_keep_errno(void **state)
+{
+	(void)state;
+	run("first_calls");
+}
+
+static void test_fallback_keeps_errno(void **state)
+{
+	(void)state;
+	if (harness_pool_available(2 * MiB) != 0)
+		harness_skip("a free hugetlb page exists: no fallback would happen");
+	run("fallback");
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_successful_calls_keep_errno),
+		HTEST(test_fallback_keeps_errno),
+	};
+	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
+	harness_init(argc, argv);
+	return harness_run("errno_kept", tests, ARRAY_SIZE(tests));
+}

@@ -1,0 +1,207 @@
+/* See fault.h. */
+#include "fault.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <liburing.h>
+
+static _Atomic int submit_err, submit_times, submit_failed, partial_times;
+static _Atomic int init_err;
+static _Atomic unsigned ring_entries;
+static _Atomic int ring_inits;
+static _Atomic unsigned init_pause_ms;
+static _Atomic int pthread_err;
+
+void fault_submit(int err, int times)
+{
+	atomic_store(&submit_times, times);
+	atomic_store(&submit_err, err);
+}
+
+void fault_submit_partial(int times)
+{
+	atomic_store(&partial_times, times);
+}
+
+/* What liburing's submit does, but with to_submit = 1: the kernel takes the
+ * first entry and leaves the others queued behind the head it publishes. */
+static int submit_one(struct io_uring *ring)
+{
+	struct io_uring_sq *sq = &ring->sq;
+	if (sq->sqe_head != sq->sqe_tail) {
+		sq->sqe_head = sq->sqe_tail;
+		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	}
+	return io_uring_enter((unsigned)ring->ring_fd, 1, 0, 0, NULL);
+}
+
+int fault_submit_failures(void)
+{
+	return atomic_load(&submit_failed);
+}
+
+void fault_queue_init(int err)
+{
+	atomic_store(&init_err, err);
+}
+
+void fault_ring_entries(unsigned entries)
+{
+	atomic_store(&ring_entries, entries);
+}
+
+int fault_ring_inits(void)
+{
+	return atomic_load(&ring_inits);
+}
+
+void fault_ring_init_pause(unsigned ms)
+{
+	atomic_store(&init_pause_ms, ms);
+}
+
+void fault_pthread_create(int err)
+{
+	atomic_store(&pthread_err, err);
+}
+
+static void *next(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+	if (!f) {
+		fprintf(stderr, "fault: no next %s\n", name);
+		abort();
+	}
+	return f;
+}
+
+int io_uring_submit(struct io_uring *ring)
+{
+	static int (*real)(struct io_uring *);
+	int err = atomic_load(&submit_err);
+
+	if (err && atomic_fetch_sub(&submit_times, 1) > 0) {
+		atomic_fetch_add(&submit_failed, 1);
+		return -err;
+	}
+	if (io_uring_sq_ready(ring) > 1 && atomic_fetch_sub(&partial_times, 1) > 0)
+		return submit_one(ring);
+	if (!real)
+		real = (int (*)(struct io_uring *))next("io_uring_submit");
+	return real(ring);
+}
+
+int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
+{
+	static int (*real)(unsigned, struct io_uring *, unsigned);
+	int err = atomic_load(&init_err);
+	unsigned want = atomic_load(&ring_entries);
+
+	if (err)
+		return -err;
+	if (!real)
+		real = (int (*)(unsigned, struct io_uring *, unsigned))next("io_uring_queue_init");
+	int rc = real(want ? want : entries, ring, flags);
+	unsigned pause = atomic_load(&init_pause_ms);
+	if (rc == 0) {
+		atomic_fetch_add(&ring_inits, 1);
+		if (pause) {
+			struct timespec ts = {.tv_sec = pause / 1000,
+					      .tv_nsec = (long)(pause % 1000) * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return rc;
+}
+
+typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	static create_fn real;
+	int err = atomic_load(&pthread_err);
+
+	if (err)
+		return err;
+	if (!real)
+		real = (create_fn)next("pthread_create");
+	return real(t, attr, fn, arg);
+}
+
+size_t fault_mapped_bytes(const void *addr, size_t len)
+{
+	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+	char line[512];
+	size_t total = 0;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		return (size_t)-1;
+	while (fgets(line, sizeof(line), f)) {
+		uintmax_t start, end;
+		if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX, &start, &end) != 2)
+			continue;
+		uintptr_t s = start > lo ? (uintptr_t)start : lo;
+		uintptr_t e = end < hi ? (uintptr_t)end : hi;
+		if (s < e)
+			total += e - s;
+	}
+	fclose(f);
+	return total;
+}
+
+int fault_seccomp_refuse(long nr, int err)
+{
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(filter) / sizeof(filter[0]), .filter = filter};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+int fault_seccomp_no_io_uring(void)
+{
+	return fault_seccomp_refuse(__NR_io_uring_setup, EPERM);
+}
+
+long fault_sysctl_read(const char *path)
+{
+	long v;
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	int ok = fscanf(f, "%ld", &v) == 1;
+	fclose(f);
+	return ok ? v : -1;
+}
+
+int fault_sysctl_write(const char *path, long value)
+{
+	FILE *f = fopen(path, "we");
+	if (!f)
+		return -1;
+	int ok = fprintf(f, "%ld\n", value) > 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}

@@ -1,0 +1,161 @@
+#!/bin/bash
+# hpctl stats and hpctl top as a fleet view: one line per process using
+# hpalloc, largest huge-page user first, human sizes, a total line; --long
+# and --json with everything; top redraws the same table until interrupted;
+# 50 processes give 50 rows.  The numbers are checked against what the
+# processes published (--json, raw bytes) and against their own smaps.
+. "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
+
+HOLDER=${HOLDER:-$builddir/tests/cli/holder}
+[ -x "$HOLDER" ] || { echo "holder not built at $HOLDER" >&2; exit 99; }
+
+# start_holder SIZE...: a background holder; its pid in $holder_pid.
+start_holder() {
+	local out=$tmp/holder.$RANDOM$RANDOM
+	"$HOLDER" -t 120 "$@" >"$out" 2>&1 &
+	bg_pids+=("$!")
+	holder_pid=$!
+	wait_for "$out" '^ready' 10 || fail "holder $* did not start: $(cat "$out")"
+}
+
+# huge_of PID: live huge bytes (THP + hugetlb) the process last published.
+huge_of() {
+	"$HPCTL" --json stats "$1" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    (p,) = json.load(sys.stdin)
+    print(p["stats"]["thp_live_bytes"] + p["stats"]["hugetlb_live_bytes"])
+except Exception:
+    print(-1)'
+}
+
+# published PID BYTES: wait (5 s) until the process published that much.
+published() {
+	local i
+	for i in $(seq 100); do
+		[ "$(huge_of "$1")" = "$2" ] && return 0
+		sleep 0.05
+	done
+	fail "process $1 never published $2 huge bytes (last: $(huge_of "$1"))"
+}
+
+# smaps_huge PID: AnonHugePages + Private_Hugetlb of the whole process, bytes.
+smaps_huge() {
+	awk '/^(AnonHugePages|Private_Hugetlb):/ { s += $2 } END { print s * 1024 }' "/proc/$1/smaps"
+}
+
+# ---- nobody publishes yet --------------------------------------------------------
+expect 0 "$HPCTL" stats
+[ "$out" = "no live process publishes hpalloc stats in $CTL/proc" ] || fail "empty: $out"
+ok
+expect 0 "$HPCTL" --json stats
+[ "$out" = "[]" ] || fail "empty --json: $out"
+expect 0 "$HPCTL" top -n 1
+contains "$out" "  total 0 processes" "empty top"
+
+# ---- three processes: 64 MiB, 8 MiB, nothing ------------------------------------
+start_holder 64M; big=$holder_pid
+start_holder 8M; small=$holder_pid
+start_holder; idle=$holder_pid
+published "$big" $((64 << 20))
+published "$small" $((8 << 20))
+published "$idle" 0
+# what hpctl will show is what the kernel backs (the cached block aside)
+[ "$(smaps_huge "$big")" -ge $((64 << 20)) ] || fail "smaps of $big: $(smaps_huge "$big") huge bytes"
+ok
+
+expect 0 "$HPCTL" stats
+printf '%s\n' "$out" >"$tmp/table"
+header=$(sed -n 1p "$tmp/table")
+[ "$(echo $header)" = "PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES ORIGINS" ] ||
+	fail "header: $header"
+ok
+[ "$(wc -l <"$tmp/table")" = 5 ] || fail "3 rows + header + total expected: $out"
+ok
+# rows: largest first
+order=$(awk 'NR > 1 && $1 != "total" { printf "%s ", $1 }' "$tmp/table")
+[ "$order" = "$big $small $idle " ] || fail "order by huge bytes: got '$order', want '$big $small $idle': $out"
+ok
+# row PID: its fields (PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES ORIGINS...)
+row() { awk -v p="$1" '$1 == p' "$tmp/table"; }
+set -- $(row "$big")
+[ "$2" = holder ] || fail "command of $big: $2"
+# 64 MiB live on one backend or the other (mode=auto: hugetlb when a pool has pages)
+case "$3/$4" in 64.0M/0|0/64.0M) ok ;; *) fail "huge bytes of $big: hugetlb $3 thp $4" ;; esac
+# one hit of three huge allocations (holder: SIZE, then twice SIZE freed)
+[ "$6" = 33.3 ] || fail "hit rate of $big: $6"
+[ "$7/$8" = 0/0 ] || fail "fallbacks/failures of $big: $7/$8"
+[ "$9" = api=64.0M ] || fail "origins of $big: ${*:9}"
+ok
+set -- $(row "$idle")
+[ "$3/$4/$6/$9" = "0/0/-/-" ] || fail "idle row: $*"
+ok
+set -- $(awk '$1 == "total"' "$tmp/table")
+[ "$2 $3" = "3 processes" ] || fail "total line: $*"
+case "$4/$5" in 72.0M/0|0/72.0M|64.0M/8.0M|8.0M/64.0M) ok ;; *) fail "total huge bytes: $*" ;; esac
+[ "$8/$9" = 0/0 ] && [ "${10}" = api=72.0M ] || fail "total line: $*"
+ok
+
+# --long: every counter and knob; --json: the same, raw
+expect 0 "$HPCTL" stats --long "$big"
+contains "$out" "pid $big (holder)" "--long header"
+contains "$out" "threshold=" "--long knobs"
+nstats=$(printf '%s\n' "$out" | awk '/^  stats:/ { on = 1; next } /^  knobs:/ { on = 0 } on' | wc -l)
+njson=$("$HPCTL" --json stats "$big" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]["stats"]))')
+[ "$nstats" -ge 30 ] && [ "$nstats" = "$njson" ] || fail "--long shows $nstats counters, --json $njson"
+ok
+expect 0 "$HPCTL" --json stats
+valid_json "$out" "stats --json"
+printf '%s' "$out" | python3 -c '
+import json, sys
+procs = json.load(sys.stdin)
+pids = [p["pid"] for p in procs]
+assert pids == sorted(pids) and set(pids) == {'"$big,$small,$idle"'}, pids
+for p in procs:
+    assert set(p) == {"pid", "comm", "start_time", "stats", "knobs"}, p.keys()
+    assert p["knobs"]["threshold"]["source"] == "default", p["knobs"]
+' || fail "stats --json content: $out"
+ok
+# explicit PIDs: only those rows
+expect 0 "$HPCTL" stats "$small"
+[ "$(printf '%s\n' "$out" | awk 'NR > 1 && $1 != "total"' | awk '{print $1}')" = "$small" ] ||
+	fail "stats $small: $out"
+ok
+
+# ---- top: the same table per frame, until interrupted ----------------------------
+expect 0 "$HPCTL" top -n 2 -d 0.2
+frames=$(printf '%s\n' "$out" | grep -c '^hpctl top - ')
+[ "$frames" = 2 ] || fail "top -n 2: $frames frames: $out"
+[ "$(printf '%s\n' "$out" | grep -c "^ *$big  *holder ")" = 2 ] || fail "top rows: $out"
+case $out in *$'\033'*) fail "escape sequences on a pipe: $out" ;; esac
+ok
+t0=$(date +%s%N)
+timeout --preserve-status -s INT 1.2 "$HPCTL" top >"$tmp/top.out" 2>&1
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$rc" = 0 ] || fail "top after SIGINT: exit $rc: $(cat "$tmp/top.out")"
+grep -q '^  total 3 processes' "$tmp/top.out" || fail "top frame: $(cat "$tmp/top.out")"
+[ "$ms" -lt 5000 ] || fail "top took $ms ms to stop after SIGINT"
+ok
+# a change reaches the next frame: the idle one stops
+kill -TERM "$idle"; wait "$idle" 2>/dev/null
+expect 0 "$HPCTL" top -n 1
+contains "$out" "total 2 processes" "top after an exit"
+
+# ---- 50 processes: 50 rows and a total -----------------------------------------------
+kill -TERM "$big" "$small"; wait "$big" "$small" 2>/dev/null
+pids=()
+for i in $(seq 50); do
+	start_holder 2M
+	pids+=("$holder_pid")
+done
+for p in "${pids[@]}"; do published "$p" $((2 << 20)); done
+expect 0 "$HPCTL" stats
+rows=$(printf '%s\n' "$out" | awk 'NR > 1 && $1 != "total" { print $1 }' | sort -n)
+[ "$rows" = "$(printf '%s\n' "${pids[@]}" | sort -n)" ] || fail "50 rows, one per process: $out"
+ok
+set -- $(printf '%s\n' "$out" | awk '$1 == "total"')
+[ "$2 $3" = "50 processes" ] || fail "total of 50: $*"
+case "$4/$5" in 100.0M/0|0/100.0M) ok ;; *) [ "${10}" = api=100.0M ] || fail "total of 50: $*"; ok ;; esac
+
+done_ok

@@ -1,0 +1,145 @@
+"""`hpctl run` and HPALLOC_NUMPY=1 as a user meets them: hpalloc installed
+to a prefix that is not one of the interpreter's site directories (the
+DESTDIR stage that tests/consumer installs before the tests run: its .pth
+never runs), programs started directly and by a shell script, and every way
+activation can fail -- each said in one stderr line while the program runs
+on, and `hpctl run --check` exiting non-zero."""
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import python_env
+
+BUILDDIR = os.environ.get("abs_top_builddir")
+
+PROG = textwrap.dedent("""
+    import numpy as np, hpalloc, hpalloc.numpy as h
+    print(h.get_handler_name(np.ones(1 << 20)), hpalloc.__file__)
+""")
+
+
+@pytest.fixture
+def stage(tmp_path):
+    """(hpctl of the stage, its environment, the stage's site directory)."""
+    if not BUILDDIR:
+        pytest.skip("needs the build tree (run through make check)")
+    root = os.path.join(BUILDDIR, "tests", "consumer", "stage")
+    hpctl = glob.glob(os.path.join(root, "**", "bin", "hpctl"), recursive=True)
+    site_dir = glob.glob(os.path.join(root, "**", "hpalloc_activate.py"), recursive=True)
+    libs = glob.glob(os.path.join(root, "**", "libhpalloc.so.1"), recursive=True)
+    assert hpctl and site_dir and libs, "incomplete install stage %s" % root
+    env = python_env(LD_LIBRARY_PATH=os.path.dirname(libs[0]))
+    for var in ("PYTHONPATH", "HPALLOC_PYTHON_DIR", "HPALLOC_NUMPY"):
+        env.pop(var, None)
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROG)
+    return hpctl[0], env, os.path.dirname(site_dir[0]), str(prog)
+
+
+def run(args, env):
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_hpctl_run_activates_from_a_non_site_prefix(stage):
+    hpctl, env, site_dir, prog = stage
+    proc = run([hpctl, "run", "--", "/usr/bin/python3", prog], env)
+    assert proc.returncode == 0, proc.stderr
+    handler, where = proc.stdout.split()
+    assert handler == "hpalloc", proc.stderr
+    assert where.startswith(site_dir), where  # the stage's copy, found by hpctl
+    assert proc.stderr == ""
+
+
+def test_hpctl_run_reaches_a_program_started_by_a_script(stage, tmp_path):
+    hpctl, env, site_dir, prog = stage
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ncd /\nexec /usr/bin/python3 %s\n" % prog)
+    script.chmod(0o755)
+    proc = run([hpctl, "run", "--check", "--", str(script)], env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "hpalloc", proc.stdout + proc.stderr
+
+
+def test_check_fails_when_nothing_activated(stage):
+    hpctl, env, _, _ = stage
+    proc = run([hpctl, "run", "--check", "--", "/usr/bin/python3", "-c", "print(42)"], env)
+    assert proc.stdout.strip() == "42"  # the program ran
+    assert proc.returncode == 1
+    assert "no process of /usr/bin/python3 activated hpalloc" in proc.stderr
+    proc = run([hpctl, "run", "--check", "--", "sh", "-c", "exit 3"], env)
+    assert proc.returncode == 3  # the command's own failure comes first
+
+
+def test_verbose_says_it_took(stage):
+    hpctl, env, _, prog = stage
+    proc = run([hpctl, "run", "verbose=1", "--", "/usr/bin/python3", prog], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "active for numpy in /usr/bin/python3" in proc.stderr
+
+
+def assert_one_line(proc, *parts):
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("hpalloc:")]
+    assert len(lines) == 1, proc.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_numpy_missing_is_said(stage, tmp_path):
+    """An interpreter without NumPy: a venv without the system's packages."""
+    hpctl, env, _, _ = stage
+    venv = tmp_path / "venv"
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env)
+    if made.returncode != 0:
+        pytest.fail("cannot make a venv to hide NumPy: %s" % made.stderr)
+    python = str(venv / "bin" / "python3")
+    proc = run([hpctl, "run", "--check", "--", python, "-c", "print('ran')"], env)
+    assert proc.stdout.strip() == "ran"
+    assert proc.returncode == 1
+    assert_one_line(proc, "not active for numpy", python, "NumPy is not installed")
+
+
+def test_numpy_too_old_is_said(stage, tmp_path):
+    hpctl, env, _, _ = stage
+    fake = tmp_path / "old" / "numpy"
+    (fake / "core").mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '1.20.3'\n")
+    (fake / "core" / "__init__.py").write_text("")
+    (fake / "core" / "multiarray.py").write_text("")
+    env = dict(env, PYTHONPATH=str(tmp_path / "old"))
+    proc = run([hpctl, "run", "--", "/usr/bin/python3", "-c",
+                "import numpy; print('ran', numpy.__version__)"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ran", "1.20.3"]
+    assert_one_line(proc, "not active for numpy", "NumPy 1.20.3 is too old", ">= 1.22")
+
+
+def test_package_that_cannot_load_is_said(stage, tmp_path):
+    """The package is found but its extension does not load (here: a copy
+    whose _hpalloc.so is not a shared object): reported, not a traceback."""
+    import shutil
+    hpctl, env, site_dir, _ = stage
+    broken = tmp_path / "site"
+    shutil.copytree(site_dir, broken, symlinks=False)
+    (broken / "hpalloc" / "_hpalloc.so").write_bytes(b"not an ELF file")
+    proc = run([hpctl, "run", "--", "/usr/bin/python3", "-c", "print('ran')"],
+               dict(env, HPALLOC_PYTHON_DIR=str(broken)))
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "ran"
+    assert_one_line(proc, "cannot import hpalloc", "_hpalloc")
+    assert "Traceback" not in proc.stderr
+
+
+def test_hpalloc_numpy_env_in_a_site_directory(stage):
+    """HPALLOC_NUMPY=1 without hpctl: the .pth of a site directory."""
+    _, env, site_dir, prog = stage
+    import numpy
+    code = ("import site; site.addsitedir(%r); site.addsitedir(%r); exec(open(%r).read())"
+            % (os.path.dirname(os.path.dirname(numpy.__file__)), site_dir, prog))
+    proc = run([sys.executable, "-S", "-c", code], dict(env, HPALLOC_NUMPY="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "hpalloc", proc.stderr

@@ -1,0 +1,287 @@
+/* hpctl run [--check] [KNOB=VALUE...] [--] COMMAND: COMMAND (and what it
+ * starts) with these knobs in its environment and hpalloc activated for
+ * NumPy, from whatever prefix hpalloc was installed to.
+ *
+ * Activation is the Python package's (python/hpalloc_activate.py): hpctl
+ * only sets HPALLOC_NUMPY=1 and puts two directories first on PYTHONPATH:
+ * hpalloc/_boot, whose sitecustomize.py imports hpalloc_activate at every
+ * interpreter start-up (a .pth file would only run from a site directory),
+ * and the directory holding the package.  That directory is, in order:
+ * $HPALLOC_PYTHON_DIR (the build tree's tests set it), the one at the same
+ * place relative to this executable as configure's pyexecdir is to bindir
+ * (a relocated or DESTDIR install), configure's pyexecdir.
+ *
+ * --check: every process that tries to activate appends a line to the file
+ * named by HPALLOC_REPORT; hpctl waits for COMMAND and exits with its status
+ * if it failed, else 1 (saying why) when no process activated, else 0.
+ * Meanwhile it stays transparent as the exec would be: signals sent to it
+ * go on to COMMAND, and it dies of the signal that killed COMMAND. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "hpctl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static bool has_activation(const char *dir)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	return snprintf(path, sizeof(path), "%s/hpalloc_activate.py", dir) < (int)sizeof(path) &&
+	       stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+#if defined(HPCTL_PYEXECDIR) && defined(HPCTL_BINDIR)
+/* pyexecdir seen from bindir ("../lib/python3/dist-packages"), applied to
+ * the directory this executable really is in. */
+static bool relocated_dir(char *buf, size_t len)
+{
+	const char *bin = HPCTL_BINDIR, *py = HPCTL_PYEXECDIR;
+	char exe[PATH_MAX], rel[PATH_MAX] = "";
+	size_t common = 0, i;
+
+	for (i = 0; bin[i] && bin[i] == py[i]; i++)
+		if (bin[i] == '/')
+			common = i; /* last shared directory boundary */
+	if (!bin[i] && py[i] == '/')
+		common = i; /* bindir itself is a prefix of pyexecdir */
+	for (const char *p = bin + common; *p; p++)
+		if (*p == '/' && p[1])
+			strncat(rel, "../", sizeof(rel) - strlen(rel) - 1);
+	strncat(rel, py + common + (py[common] == '/'), sizeof(rel) - strlen(rel) - 1);
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return false;
+	*slash = '\0';
+	return snprintf(buf, len, "%s/%s", exe, rel) < (int)len;
+}
+#endif
+
+/* The directory holding hpalloc_activate.py and the package, or NULL. */
+static const char *python_dir(char *buf, size_t len)
+{
+	const char *env = getenv("HPALLOC_PYTHON_DIR");
+
+	if (env && *env)
+		return env;
+#if defined(HPCTL_PYEXECDIR) && defined(HPCTL_BINDIR)
+	if (relocated_dir(buf, len) && has_activation(buf))
+		return buf;
+	if (has_activation(HPCTL_PYEXECDIR))
+		return HPCTL_PYEXECDIR;
+#else
+	(void)buf;
+	(void)len;
+#endif
+	return NULL;
+}
+
+static void prepend_pythonpath(const char *dir)
+{
+	const char *old = getenv("PYTHONPATH");
+	size_t n = 2 * strlen(dir) + (old ? strlen(old) : 0) + 32;
+	char *val = malloc(n);
+
+	if (!val) {
+		warnx("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	snprintf(val, n, "%s/hpalloc/_boot:%s%s%s", dir, dir, old && *old ? ":" : "",
+		 old && *old ? old : "");
+	setenv("PYTHONPATH", val, 1);
+	free(val);
+}
+
+static void set_knobs(const struct assignment *as, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char var[80];
+		int len = snprintf(var, sizeof(var), "HPALLOC_%s", as[i].name);
+		for (int p = 8; p < len; p++)
+			var[p] = (char)toupper((unsigned char)var[p]);
+		setenv(var, as[i].canon, 1);
+	}
+}
+
+/* ---- --check ----------------------------------------------------------------------- */
+
+struct report {
+	int activated, failed;
+	char first_failure[512];
+};
+
+static void read_report(const char *path, struct report *r)
+{
+	char line[1024];
+	FILE *f = fopen(path, "re");
+
+	*r = (struct report){0};
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		long pid;
+		char adapter[32], result[16];
+		int used = 0;
+		if (sscanf(line, "%ld %31s %15s %n", &pid, adapter, result, &used) < 3)
+			continue;
+		if (!strcmp(result, "ok")) {
+			r->activated++;
+		} else if (r->failed++ == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(r->first_failure, sizeof(r->first_failure), "pid %ld, %s: %s", pid,
+				 adapter, line + used);
+		}
+	}
+	fclose(f);
+}
+
+/* Signals someone sends hpctl to end the command (kill, Popen.terminate(),
+ * a supervisor): without --check they would reach it (hpctl execs), so
+ * they are passed on.  SIGINT and SIGQUIT come from the terminal to the
+ * whole process group: the command has them already. */
+static const int forwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+static volatile sig_atomic_t command_pid;
+
+static void forward(int sig)
+{
+	if (command_pid > 0)
+		kill((pid_t)command_pid, sig);
+}
+
+static void forwarded_set(sigset_t *set)
+{
+	sigemptyset(set);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(set, forwarded[i]);
+}
+
+static void forward_signals(void)
+{
+	struct sigaction sa = {.sa_handler = forward, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaction(forwarded[i], &sa, NULL);
+	signal(SIGINT, SIG_IGN); /* the command decides what ^C means */
+	signal(SIGQUIT, SIG_IGN);
+}
+
+/* The command was killed by sig: hpctl ends the same way, as the caller
+ * would see it without --check (a shell script interrupted by ^C stops). */
+static void die_of(int sig)
+{
+	struct rlimit no_core = {0, 0};
+	sigset_t set;
+
+	setrlimit(RLIMIT_CORE, &no_core); /* the command's crash, not ours */
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+}
+
+static int wait_status(pid_t pid, int *status)
+{
+	while (waitpid(pid, status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
+}
+
+static int run_checked(struct hpctl *c)
+{
+	char path[PATH_MAX];
+	const char *tmp = getenv("TMPDIR");
+	struct report r;
+
+	snprintf(path, sizeof(path), "%s/hpctl-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		warnx("run --check: cannot create a report file in %s: %s", path, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	close(fd);
+	setenv("HPALLOC_REPORT", path, 1);
+	fflush(NULL);
+	sigset_t block, old;
+	forwarded_set(&block); /* held until the command's pid is known */
+	sigprocmask(SIG_BLOCK, &block, &old);
+	pid_t pid = fork();
+	if (pid < 0) {
+		warnx("run --check: fork: %s", strerror(errno));
+		unlink(path);
+		return EXIT_RUNTIME;
+	}
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		execvp(c->cmd_argv[0], c->cmd_argv);
+		warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
+		_exit(127);
+	}
+	command_pid = pid;
+	forward_signals();
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	int status, waited = wait_status(pid, &status);
+	read_report(path, &r);
+	unlink(path);
+	if (waited < 0)
+		return EXIT_RUNTIME;
+	if (WIFSIGNALED(status)) {
+		die_of(WTERMSIG(status));
+		return 128 + WTERMSIG(status); /* a signal that does not kill */
+	}
+	if (WEXITSTATUS(status) != 0)
+		return WEXITSTATUS(status);
+	if (r.activated)
+		return EXIT_OK;
+	if (r.failed)
+		warnx("run --check: hpalloc was not activated in %s (%d process(es) tried; %s)",
+		      c->cmd_argv[0], r.failed, r.first_failure);
+	else
+		warnx("run --check: no process of %s activated hpalloc (no Python interpreter "
+		      "that reads PYTHONPATH started, or none imported NumPy)", c->cmd_argv[0]);
+	return EXIT_RUNTIME;
+}
+
+int cmd_run(struct hpctl *c)
+{
+	struct assignment *as = parse_assignments(c->argc, c->argv);
+	char buf[PATH_MAX];
+
+	if (c->cmd_argc == 0) {
+		free(as);
+		die_usage("run needs a COMMAND (hpctl run [--check] [KNOB=VALUE...] -- COMMAND...)");
+	}
+	set_knobs(as, c->argc);
+	free(as);
+	setenv("HPALLOC_NUMPY", "1", 1);
+	const char *dir = python_dir(buf, sizeof(buf));
+	if (dir)
+		prepend_pythonpath(dir);
+#ifdef HPCTL_PYEXECDIR
+	else
+		warnx("the hpalloc Python package is not installed next to hpctl (looked in %s): "
+		      "Python programs run on NumPy's default allocator", HPCTL_PYEXECDIR);
+#endif
+	if (c->run_check)
+		return run_checked(c);
+	fflush(NULL);
+	execvp(c->cmd_argv[0], c->cmd_argv);
+	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
+	return EXIT_RUNTIME;
+}
