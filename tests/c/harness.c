@@ -817,12 +817,12 @@ int harness_pfns(const void *addr, size_t len, uint64_t *pfn)
 		return -1;
 	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -1;
+		fail_msg("harness: root cannot open /proc/self/pagemap: %s", strerror(errno));
 	ssize_t want = (ssize_t)(pages * sizeof(uint64_t));
 	ssize_t got = pread(fd, pfn, (size_t)want, off);
 	close(fd);
 	if (got != want)
-		return -1;
+		fail_msg("harness: short read of /proc/self/pagemap");
 	for (size_t i = 0; i < pages; i++) /* bit 63 present, bits 0-54 PFN */
 		pfn[i] = (pfn[i] >> 63) ? pfn[i] & ((1ull << 55) - 1) : 0;
 	return 0;

@@ -173,7 +173,8 @@ int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);
 int harness_huge_vmas(size_t *bytes);
 /* Physical frame numbers of the 4 KiB pages of [addr, addr+len) from
  * /proc/self/pagemap into pfn[] (len / 4096 entries; 0 = not present).
- * -1 unless root: for others the kernel reports every PFN as 0. */
+ * -1 unless root: for others the kernel reports every PFN as 0.  (Root
+ * failing to read it fails the test.) */
 int harness_pfns(const void *addr, size_t len, uint64_t *pfn);
 /* Minor page faults of this process so far (getrusage). */
 long harness_minor_faults(void);
