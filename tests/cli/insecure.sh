@@ -59,7 +59,7 @@ if [ "$(id -u)" = 0 ]; then
 	printf '8M\n' >"$tmp/bad"; chmod 0644 "$tmp/bad"; chown nobody "$tmp/bad"; install_bad
 	show_rejects "owned by uid $(id -u nobody), not by uid 0 or root" "foreign owner"
 else
-	echo "NOTE: not root: the foreign-owner case needs chown and runs as root (CI)" >&2
+	note_skip root "the foreign-owner case needs chown and runs as root (CI)"
 fi
 
 { printf '8M\n'; head -c 5000 /dev/zero | tr '\0' ' '; } >"$tmp/bad"; chmod 0644 "$tmp/bad"; install_bad

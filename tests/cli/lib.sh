@@ -28,6 +28,7 @@ cleanup() {
 	for p in "${bg_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
 	rm -rf "$tmp"
+	[ -z "${nobody_dir:-}" ] || rm -rf "$nobody_dir"
 }
 trap cleanup EXIT
 
@@ -35,6 +36,52 @@ checks=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { checks=$((checks + 1)); }
 done_ok() { echo "PASS: $checks checks"; exit 0; }
+
+# ---- what the machine lacks (as in tests/c/harness.h) ----------------------
+# A skip names the capability it lacks: hugetlb, hugetlb1g, uring, thp,
+# root, nonroot (or "other", never required).  HPALLOC_TEST_REQUIRE (comma-
+# separated; CI: all of them) turns a skip of a listed one into a failure.
+HP_CAPS="hugetlb hugetlb1g uring thp root nonroot"
+hp_required=${HPALLOC_TEST_REQUIRE:-}
+for cap in ${hp_required//,/ }; do
+	case " $HP_CAPS " in
+	*" $cap "*) ;;
+	*) echo "HPALLOC_TEST_REQUIRE names '$cap'; known: $HP_CAPS" >&2; exit 99 ;;
+	esac
+done
+required() { case ",${HPALLOC_TEST_REQUIRE:-}," in *",$1,"*) return 0 ;; esac; return 1; }
+# note_skip CAP WHY...: a part of this test does not run here; one
+# "SKIP(CAP): ..." line, which tests/skip-driver counts.
+note_skip() {
+	local cap=$1
+	shift
+	required "$cap" && fail "required capability $cap (HPALLOC_TEST_REQUIRE) is missing: $*"
+	echo "SKIP($cap): ${0##*/}: $*"
+}
+# skip_test CAP WHY...: none of this test can run here.
+skip_test() { note_skip "$@"; exit 77; }
+
+# ---- running things as an unprivileged user ------------------------------------
+# The build tree may sit where nobody cannot enter (a clone under /root, the
+# 0700 scratch directory of tests/run-test): as_nobody runs copies of the
+# files it needs from a world-readable directory of its own (removed at
+# exit).  nobody_stage FILE sets $staged to the path of FILE's copy (not in
+# a subshell: the directory must be remembered for cleanup).
+nobody_dir=
+nobody_stage() {
+	if [ -z "$nobody_dir" ]; then
+		nobody_dir=$(mktemp -d /tmp/hpalloc-nobody.XXXXXX) || fail "mktemp"
+		chmod 0755 "$nobody_dir"
+	fi
+	staged=$nobody_dir/${1##*/}
+	cp "$1" "$staged" && chmod a+rx "$staged" || fail "cannot stage $1"
+}
+# can_be_nobody: setpriv exists and can switch to nobody:nogroup.
+can_be_nobody() {
+	command -v setpriv >/dev/null &&
+		setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null
+}
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 
 # run CMD...: runs it, stdout in $out, stderr in $err, status in $rc.
 run() {

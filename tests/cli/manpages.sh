@@ -58,7 +58,7 @@ if command -v groff >/dev/null; then
 		ok
 	done
 else
-	echo "NOTE: groff not installed; formatting not checked" >&2
+	note_skip other "groff not installed; formatting not checked"
 fi
 
 done_ok
