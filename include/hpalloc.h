@@ -184,7 +184,7 @@ HP_API const char *hp_source_name(int source); /* "default" "control" "env" "pro
 
 struct hp_knob_info {
 	const char *name;       /* "threshold"                                */
-	const char *type;       /* "choice" "size" "integer"                  */
+	const char *type;       /* "choice" "size" "integer" "policy" (numa)  */
 	const char *help;       /* one line                                   */
 	const char *accepted;   /* what is accepted, for error messages       */
 	const char *choices;    /* "auto hugetlb thp off" or NULL             */
