@@ -69,10 +69,12 @@ static bool bit_isset(const unsigned long *mask, int n)
 	return (mask[n / WORD_BITS] >> (n % WORD_BITS)) & 1;
 }
 
+#ifdef HAVE_LIBNUMA
 static void bit_set(unsigned long *mask, int n)
 {
 	mask[n / WORD_BITS] |= 1UL << (n % WORD_BITS);
 }
+#endif
 
 /* Copied once from libnuma, whose own masks its destructor frees at exit
  * while other threads may still allocate. */

@@ -438,6 +438,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "SKIP: no NUMA node information (/sys/devices/system/node/has_memory)\n");
 		return HARNESS_EXIT_SKIP;
 	}
+	if (numa_unavailable())
+		return HARNESS_EXIT_SKIP;
 	const struct CMUnitTest tests[] = {
 		HTEST(test_parse),
 		HTEST(test_policies_in_numa_maps),

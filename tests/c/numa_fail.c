@@ -222,6 +222,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "SKIP: no NUMA node 0 with memory (/sys/devices/system/node/has_memory)\n");
 		return HARNESS_EXIT_SKIP;
 	}
+	if (numa_unavailable())
+		return HARNESS_EXIT_SKIP;
 	const struct CMUnitTest tests[] = {
 		HTEST(test_mbind_refused_fail),
 		HTEST(test_mbind_refused_small),

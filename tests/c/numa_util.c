@@ -1,5 +1,6 @@
 /* See numa_util.h. */
 #include "numa_util.h"
+#include "hpalloc.h"
 
 #include <errno.h>
 #include <linux/audit.h>
@@ -47,6 +48,15 @@ int nu_entry_at(const void *addr, struct nu_entry *out)
 	free(line);
 	fclose(f);
 	return out->found ? 0 : -1;
+}
+
+bool numa_unavailable(void)
+{
+	char canon[64], err[256] = "";
+	if (hp_knob_parse("numa", "local", canon, sizeof(canon), err, sizeof(err)) == 0)
+		return false;
+	fprintf(stderr, "SKIP: this hpalloc takes no NUMA policy here: %s\n", err);
+	return true;
 }
 
 int nu_nodes(int *nodes, int max)

@@ -23,6 +23,10 @@ struct nu_entry {
 /* The entry of the mapping that starts at addr. */
 int nu_entry_at(const void *addr, struct nu_entry *out);
 
+/* The library takes no policy but default (built --without-libnuma, a
+ * kernel without NUMA): says why on stderr. */
+bool numa_unavailable(void);
+
 /* Nodes with memory (/sys/devices/system/node/has_memory). */
 int nu_nodes(int *nodes, int max);
 

@@ -11,6 +11,11 @@
 nodes=$(sed -n 's/^\([0-9]*\).*/\1/p' /sys/devices/system/node/has_memory 2>/dev/null)
 [ -n "$nodes" ] || { echo "SKIP: no NUMA node information in sysfs" >&2; exit 77; }
 node=$nodes # the first node with memory
+mkdir "$tmp/probe"
+if ! HPALLOC_CONTROL_DIR=$tmp/probe "$HPCTL" set numa=local 2>"$tmp/probe.err"; then
+	echo "SKIP: this hpalloc takes no NUMA policy here: $(cat "$tmp/probe.err")" >&2
+	exit 77
+fi
 missing=$(( $(ls -d /sys/devices/system/node/node* | sed 's/.*node//' | sort -n | tail -1) + 1 ))
 
 # ---- set: refused values ---------------------------------------------------------

@@ -29,7 +29,24 @@ def mem_nodes():
     return nodes
 
 
-NODES = mem_nodes()
+def why_not():
+    """Why these tests cannot run here, or None.  (A mark, not a
+    module-level skip: every test then reports the skip, and the harness
+    counts the file as skipped.)"""
+    try:
+        if not mem_nodes():
+            return "no NUMA node with memory"
+        hpalloc.parse_knob("numa", "local")
+    except OSError as e:
+        return "no NUMA node information: %s" % e
+    except ValueError as e:
+        return "this hpalloc takes no NUMA policy here: %s" % e
+    return None
+
+
+WHY_NOT = why_not()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+NODES = mem_nodes() if WHY_NOT is None else [0]
 FIRST = NODES[0]
 
 
