@@ -313,13 +313,15 @@ int numa_place(struct hp_map *m, hp_numa_t p)
 #ifdef HAVE_LIBNUMA
 	unsigned long mask[NODE_WORDS] = {0};
 	int mode = numa_mode(p);
+	bool local = mode == NUMA_LOCAL; /* takes no nodes */
 
-	if (mode == NUMA_INTERLEAVE && !numa_nodes(p))
+	if (mode == NUMA_INTERLEAVE && !numa_nodes(p)) {
+		pthread_once(&nodes_once, find_nodes);
 		memcpy(mask, node_set, sizeof(mask)); /* the kernel keeps the allowed ones */
-	else
+	} else {
 		mask[0] = numa_nodes(p);
-	if (mode == NUMA_LOCAL ? os_mbind(m, MPOL_LOCAL, NULL, 0)
-			       : os_mbind(m, kernel_mode(mode), mask, NODE_LIMIT + 1))
+	}
+	if (os_mbind(m, kernel_mode(mode), local ? NULL : mask, local ? 0 : NODE_LIMIT + 1) < 0)
 		return -1;
 	if (mode == NUMA_BIND && m->backend == HP_BACKEND_HUGETLB && os_populate(m) < 0) {
 		errno = ENOMEM; /* no page on the bound nodes: a short pool */
