@@ -351,6 +351,32 @@ static void node_pool_or_skip(int node, long pages)
 		harness_skip("%s", why);
 }
 
+/* Tests run alone under tests/run-test, but on a shared machine a program
+ * started by hand may use the pool meanwhile: wait (up to 2 s) until
+ * node's pool is as this test left it -- free pages, and reservations of
+ * the whole pool -- before a step whose outcome depends on exact counts.
+ * false: someone else holds pages; the caller skips, saying so. */
+static bool pool_as_left(int node, long free_pages, long resv)
+{
+	for (int i = 0; i < 40; i++) {
+		if (nu_node_pool(node, 2 * MiB, "free_hugepages") == free_pages &&
+		    nu_pool_reserved(2 * MiB) == resv)
+			return true;
+		harness_sleep_ms(50);
+	}
+	return false;
+}
+
+#define pool_as_left_or_skip(node, free_pages, resv, cleanup)                                  \
+	do {                                                                                   \
+		if (!pool_as_left((node), (free_pages), (resv))) {                             \
+			cleanup;                                                               \
+			harness_skip("node %d's 2 MiB pool is in use by another process "      \
+				     "(not %ld free, %ld reserved as this test left it)",      \
+				     (node), (long)(free_pages), (long)(resv));                \
+		}                                                                              \
+	} while (0)
+
 static void test_hugetlb_bind_takes_node_pages(void **state)
 {
 	(void)state;
@@ -364,7 +390,8 @@ static void test_hugetlb_bind_takes_node_pages(void **state)
 	harness_knob("cache_max", "0");
 	harness_knob("numa", bind);
 
-	long free_before = nu_node_pool(node, 2 * MiB, "free_hugepages");
+	long free_before = 40;
+	pool_as_left_or_skip(node, free_before, 0, (void)0);
 	void *p = hp_malloc(BLOCK);
 	assert_non_null(p);
 	/* faulted in at allocation, from this node, before anyone touched it */
@@ -411,6 +438,7 @@ static void test_auto_counts_node_pool(void **state)
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (21 << 26), -1, 0);
 	assert_true(other != MAP_FAILED);
 
+	pool_as_left_or_skip(node, 40, 8, munmap(other, 16 * MiB));
 	void *p = hp_malloc(BLOCK); /* 32 pages: exactly what is left */
 	struct nu_entry e;
 	assert_int_equal(nu_entry_at(p, &e), 0);
@@ -422,6 +450,7 @@ static void test_auto_counts_node_pool(void **state)
 	char why[256];
 	if (nu_node_pool_set(node, 2 * MiB, 39, why, sizeof(why)) != 0)
 		fail_msg("%s", why);
+	pool_as_left_or_skip(node, 39, 8, munmap(other, 16 * MiB));
 	p = hp_malloc(BLOCK);
 	assert_int_equal(nu_entry_at(p, &e), 0);
 	assert_false(e.huge);

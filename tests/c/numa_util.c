@@ -104,6 +104,20 @@ long nu_node_pool(int node, size_t pagesize, const char *file)
 	return v;
 }
 
+long nu_pool_reserved(size_t pagesize)
+{
+	char path[160];
+	long v = -1;
+	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
 static struct saved {
 	int node;
 	size_t pagesize;

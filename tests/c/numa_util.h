@@ -30,6 +30,9 @@ bool numa_unavailable(void);
 /* Nodes with memory (/sys/devices/system/node/has_memory). */
 int nu_nodes(int *nodes, int max);
 
+/* resv_hugepages of the whole pool of pagesize (reservations are not per
+ * node), -1 if none. */
+long nu_pool_reserved(size_t pagesize);
 /* Node's pool counter of pagesize (nr_hugepages, free_hugepages ...), -1 if none. */
 long nu_node_pool(int node, size_t pagesize, const char *file);
 /* Set node's pool to pages (saved first; restored at exit and by
