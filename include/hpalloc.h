@@ -83,6 +83,35 @@ HP_API int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out);
  * for pointers not 2 MiB aligned (no lock). */
 HP_API int hp_owns(const void *ptr);
 
+/* ---- shared blocks: huge pages several processes map ------------------------
+ * A block on a memfd, mapped MAP_SHARED, that other processes map from its
+ * descriptor (sent over a UNIX socket, inherited).  Hugetlb pages when
+ * pagesize (2 MiB, 1 GiB) is given or the knobs say so (mode, pagesize):
+ * their pool pages are reserved at creation, so a short pool fails here,
+ * never as a SIGBUS later, in any process.  A short pool then goes by the
+ * `fallback` knob: thp = shmem with MADV_HUGEPAGE (THP where the kernel's
+ * shmem_enabled allows it), small = ordinary shared memory, fail = NULL +
+ * ENOMEM.  Shared blocks are not cached and not freed by hp_free(). */
+struct hp_shared_info {
+	void *addr;          /* start of the block                           */
+	size_t size;         /* its length (the file's size)                 */
+	int fd;              /* its descriptor, owned by the block           */
+	int backend;         /* HP_BACKEND_HUGETLB, _THP (advised), _SMALL   */
+	size_t page_size;    /* hugetlb page size, else 4096                 */
+};
+/* A new shared block of at least size bytes (pagesize 0: the knobs); its
+ * descriptor (close-on-exec, owned by the block) in *fd_out if not NULL. */
+HP_API void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out);
+/* Map the whole block behind fd (from another process); fd stays the
+ * caller's (the block keeps a duplicate).  Its size in *size_out. */
+HP_API void *hp_shared_map(int fd, size_t *size_out);
+/* Unmap this process's mapping and close its descriptor; the memory goes
+ * when no process maps it or holds a descriptor.  -1 + EINVAL if ptr is not
+ * the start of a shared block. */
+HP_API int hp_shared_free(void *ptr);
+/* The shared block containing ptr (interior pointers work); -1 + ENOENT. */
+HP_API int hp_shared_info(const void *ptr, struct hp_shared_info *out);
+
 /* ---- where memory lives ------------------------------------------------ */
 enum hp_backend {
 	HP_BACKEND_SMALL = 0, /* libc (ordinary path) */
@@ -96,7 +125,7 @@ HP_API const char *hp_backend_name(int backend); /* "small" "thp" "hugetlb" */
 struct hp_kernel_backing {
 	size_t kernel_page_size; /* KernelPageSize of the (first) mapping  */
 	size_t rss_bytes;        /* Rss summed over the range's mappings   */
-	size_t anon_huge_bytes;  /* AnonHugePages (THP)                    */
+	size_t anon_huge_bytes;  /* AnonHugePages + ShmemPmdMapped (THP)   */
 	size_t hugetlb_bytes;    /* Private_Hugetlb + Shared_Hugetlb       */
 	size_t huge_bytes;       /* anon_huge_bytes + hugetlb_bytes        */
 	int thp_eligible;        /* "hg" in VmFlags (MADV_HUGEPAGE)        */
@@ -155,6 +184,7 @@ enum hp_stat {
 	HP_STAT_SHARED_LIVE_BLOCKS,
 	HP_STAT_URING_ACTIVE,       /* gauge: 1 while releases go through io_uring */
 	HP_STAT_JANITOR_ACTIVE,     /* gauge: 1 while the janitor thread runs */
+	HP_STAT_SHARED_FALLBACKS,   /* shared blocks not on hugetlb: pool short */
 	HP_STAT_NUMA_REFUSED,       /* blocks unmapped: their placement could not be applied */
 	HP_STAT_COUNT
 };

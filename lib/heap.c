@@ -92,7 +92,14 @@ struct hp_ctx {
 	struct hp_ctx *next;   /* interned derived contexts */
 };
 #define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
-static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES];
+/* Filled in here, never written after: hp_ctx() is called from whichever
+ * thread allocates first while other threads read the same context. */
+#define CTX_ROW(o) {{(o), 0}, {(o), 2 * HP_MiB}, {(o), HP_GiB}}
+static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
+	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
+	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
+};
+_Static_assert(HP_ORIGIN_COUNT == 6, "a CTX_ROW for every origin");
 
 static inline bool forced(const struct hp_ctx *ctx)
 {
@@ -526,10 +533,7 @@ void *hp_ctx(int origin, size_t pagesize)
 		errno = EINVAL;
 		return NULL;
 	}
-	struct hp_ctx *c = &contexts[origin][slot];
-	c->origin = origin; /* idempotent: the same values from every thread */
-	c->pagesize = pagesize;
-	return c;
+	return &contexts[origin][slot];
 }
 
 void *hp_ctx_pagesize(size_t pagesize)
@@ -667,6 +671,8 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 		fail_enomem();
 		return -1;
 	}
+	if (size == 0)
+		size = 1; /* forced: a block of one byte, as hp_huge_alloc() gives */
 	void *np = resize_in_place(b, size, ctx);
 	if (np) {
 		*out = np;
@@ -699,13 +705,15 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 	struct hp_block *b = reg_find_containing(ptr);
 	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
 	pthread_mutex_unlock(&hp_heap_lock);
+	bool found = b || shared_lookup(ptr, &m);
 	int rc;
-	if (!b) { /* libc memory, maybe not even ours: read no header, report the page */
+	if (!found) { /* libc memory, maybe not even ours: read no header, report the page */
 		rc = hp_kernel_backing(ptr, 1, &out->kernel);
 	} else {
 		out->backend = m.backend;
 		out->usable_size = out->mapping_size = m.len;
-		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize : HP_THP_SIZE;
+		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize :
+					   m.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
 		rc = hp_kernel_backing(m.addr, m.len, &out->kernel);
 	}
 	if (rc == 0)

@@ -16,6 +16,7 @@
  *   numa.c     NUMA placement: the numa knob's policies, the nodes there
  *              are, which pool pages a policy may use, mbind of our blocks
  *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps)
+ *   shared.c   shared blocks: memfd huge pages other processes map
  *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
  *   control.c  control directory: secure reading, live reload
  *   publish.c  per-process stats file: writing it (format: below)
@@ -215,6 +216,10 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 HP_HIDDEN struct hp_block *cache_take_all(void);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
+/* ---- shared.c ---------------------------------------------------------------- */
+/* The shared block containing addr, as a mapping (for hp_backing). */
+HP_HIDDEN bool shared_lookup(const void *addr, struct hp_map *out);
+
 /* ---- heap.c (for the janitor) ------------------------------------------------- */
 /* Release cached blocks past their decay; *next_deadline_ms for the next. */
 HP_HIDDEN void heap_expire(uint64_t *next_deadline_ms);
@@ -283,6 +288,7 @@ static inline void fork_mutex(pthread_mutex_t *m, int phase)
 }
 HP_HIDDEN void knobs_fork(int phase);
 HP_HIDDEN void heap_fork(int phase);
+HP_HIDDEN void shared_fork(int phase);
 HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
 HP_HIDDEN void janitor_fork(int phase);

@@ -25,8 +25,8 @@ static void add_field(const char *line, struct hp_kernel_backing *k, bool first)
 
 	if (field_bytes(line, "Rss", &v))
 		k->rss_bytes += v;
-	else if (field_bytes(line, "AnonHugePages", &v))
-		k->anon_huge_bytes += v;
+	else if (field_bytes(line, "AnonHugePages", &v) || field_bytes(line, "ShmemPmdMapped", &v))
+		k->anon_huge_bytes += v; /* THP: anonymous, or shmem (shared blocks) */
 	else if (field_bytes(line, "Private_Hugetlb", &v) || field_bytes(line, "Shared_Hugetlb", &v))
 		k->hugetlb_bytes += v;
 	else if (first && field_bytes(line, "KernelPageSize", &v))

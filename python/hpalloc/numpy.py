@@ -26,6 +26,7 @@ running keep their handler.
 
 import contextlib
 import contextvars
+import operator as _operator
 import threading
 
 import numpy as _np
@@ -44,6 +45,7 @@ except ImportError:  # NumPy 1.22 - 1.26
 
 __all__ = ["install", "uninstall", "installed", "enabled", "empty", "zeros",
            "backing", "get_handler_name", "get_handler_version",
+           "shared_empty", "shared_zeros", "is_shared",
            "HANDLER_NAME", "HANDLER_VERSION"]
 
 HANDLER_NAME = "hpalloc"
@@ -181,6 +183,121 @@ def _address(arr):
     return arr.__array_interface__["data"][0]
 
 
+# ---- shared arrays: one block of huge pages, several processes ------------------
+#
+# The array's memory is an hpalloc shared block (a memfd: hugetlb pages when
+# the pool can hold it, else the `fallback` knob decides), owned by a
+# SharedBlock at the end of the array's base chain.  multiprocessing sends
+# such arrays -- and views of them -- by descriptor (ForkingPickler: Pool
+# arguments, Process arguments under spawn/forkserver, Queue, Pipe), the way
+# it sends sockets: the receiver maps the same pages.  Any other pickling
+# (pickle.dumps, a file) copies the data as for any array.
+
+
+def _shared_block(arr):
+    """The SharedBlock under arr's memory, or None."""
+    from ._shared import SharedBlock
+    obj = arr
+    while obj is not None:
+        if isinstance(obj, SharedBlock):
+            return obj
+        obj = getattr(obj, "base", None) if isinstance(obj, _np.ndarray) else \
+            getattr(obj, "obj", None) if isinstance(obj, memoryview) else None
+    return None
+
+
+def is_shared(arr):
+    """True if arr's memory is an hpalloc shared block."""
+    return isinstance(arr, _np.ndarray) and _shared_block(arr) is not None
+
+
+def _pagesize_bytes(pagesize):
+    if pagesize is None:
+        return 0
+    return _hpalloc.parse_size(pagesize) if isinstance(pagesize, str) else int(pagesize)
+
+
+def _shape_tuple(shape):
+    """shape as np.empty takes it (an integer or a sequence of integers,
+    NumPy's too), checked: a negative size would reach frombuffer() as
+    count=-1, "the whole block"."""
+    try:
+        shape = (_operator.index(shape),)
+    except TypeError:
+        shape = tuple(_operator.index(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise ValueError("negative dimensions are not allowed")
+    return shape
+
+
+def shared_empty(shape, dtype=float, order="C", pagesize=None):
+    """An uninitialised array on an hpalloc shared block that multiprocessing
+    passes to other processes by descriptor.  pagesize ("2M", "1G", None =
+    the knobs): hugetlb pages of that size; a short pool goes by the
+    `fallback` knob (MemoryError with fallback=fail)."""
+    from ._shared import SharedBlock
+    _register_reducers()
+    dtype = _np.dtype(dtype)
+    shape = _shape_tuple(shape)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    block = SharedBlock(max(count * dtype.itemsize, 1), _pagesize_bytes(pagesize))
+    flat = _np.frombuffer(block, dtype=dtype, count=count)
+    return flat.reshape(shape, order=order)
+
+
+def shared_zeros(shape, dtype=float, order="C", pagesize=None):
+    """shared_empty(), zeroed (a new shared block is zero already)."""
+    return shared_empty(shape, dtype, order, pagesize)
+
+
+def _rebuild_block(dup):
+    import os
+    from ._shared import SharedBlock
+    _register_reducers()
+    fd = dup.detach()
+    try:
+        return SharedBlock.from_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _reduce_block(block):
+    from multiprocessing.reduction import DupFd
+    return _rebuild_block, (DupFd(block.fd),)
+
+
+def _rebuild_array(block, offset, shape, strides, dtype, writeable):
+    arr = _np.ndarray(shape, dtype=dtype, buffer=block, offset=offset, strides=strides)
+    arr.flags.writeable = writeable
+    return arr
+
+
+def _reduce_array(arr):
+    block = _shared_block(arr)
+    if block is None:
+        return arr.__reduce_ex__(4)  # what multiprocessing does for any array
+    offset = _address(arr) - block.address
+    return _rebuild_array, (block, offset, arr.shape, arr.strides, arr.dtype,
+                            bool(arr.flags.writeable))
+
+
+_reducers_registered = False
+
+
+def _register_reducers():
+    """Teach multiprocessing (only) to send shared arrays by descriptor."""
+    global _reducers_registered
+    if _reducers_registered:
+        return
+    from multiprocessing.reduction import ForkingPickler
+    from ._shared import SharedBlock
+    ForkingPickler.register(SharedBlock, _reduce_block)
+    ForkingPickler.register(_np.ndarray, _reduce_array)
+    _reducers_registered = True
+
+
 def backing(arr):
     """Where arr's data lives: {"handler", "backend", "usable_size",
     "mapping_size", "requested_page_size", "kernel_page_size", "rss_bytes",
@@ -196,6 +313,12 @@ def backing(arr):
     memory hpalloc did not allocate, "backend" and the block fields are None
     and the kernel fields cover arr's own bytes."""
     arr = _np.asarray(arr)
+    block = _shared_block(arr)
+    if block is not None:
+        info = _hpalloc.backing(_address(arr))  # the library knows shared blocks
+        info["handler"] = None
+        info["shared"] = block.info()
+        return info
     owner = _data_owner(arr)
     handler = get_handler_name(owner) if owner is not None else None
     if handler == HANDLER_NAME:

@@ -15,17 +15,37 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <liburing.h>
 
-static _Atomic int submit_err, submit_times, submit_failed;
+static _Atomic int submit_err, submit_times, submit_failed, partial_times;
 static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
+static _Atomic int ring_inits;
+static _Atomic unsigned init_pause_ms;
 static _Atomic int pthread_err;
 
 void fault_submit(int err, int times)
 {
 	atomic_store(&submit_times, times);
 	atomic_store(&submit_err, err);
+}
+
+void fault_submit_partial(int times)
+{
+	atomic_store(&partial_times, times);
+}
+
+/* What liburing's submit does, but with to_submit = 1: the kernel takes the
+ * first entry and leaves the others queued behind the head it publishes. */
+static int submit_one(struct io_uring *ring)
+{
+	struct io_uring_sq *sq = &ring->sq;
+	if (sq->sqe_head != sq->sqe_tail) {
+		sq->sqe_head = sq->sqe_tail;
+		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	}
+	return io_uring_enter((unsigned)ring->ring_fd, 1, 0, 0, NULL);
 }
 
 int fault_submit_failures(void)
@@ -41,6 +61,16 @@ void fault_queue_init(int err)
 void fault_ring_entries(unsigned entries)
 {
 	atomic_store(&ring_entries, entries);
+}
+
+int fault_ring_inits(void)
+{
+	return atomic_load(&ring_inits);
+}
+
+void fault_ring_init_pause(unsigned ms)
+{
+	atomic_store(&init_pause_ms, ms);
 }
 
 void fault_pthread_create(int err)
@@ -67,6 +97,8 @@ int io_uring_submit(struct io_uring *ring)
 		atomic_fetch_add(&submit_failed, 1);
 		return -err;
 	}
+	if (io_uring_sq_ready(ring) > 1 && atomic_fetch_sub(&partial_times, 1) > 0)
+		return submit_one(ring);
 	if (!real)
 		real = (int (*)(struct io_uring *))next("io_uring_submit");
 	return real(ring);
@@ -82,7 +114,17 @@ int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
 		return -err;
 	if (!real)
 		real = (int (*)(unsigned, struct io_uring *, unsigned))next("io_uring_queue_init");
-	return real(want ? want : entries, ring, flags);
+	int rc = real(want ? want : entries, ring, flags);
+	unsigned pause = atomic_load(&init_pause_ms);
+	if (rc == 0) {
+		atomic_fetch_add(&ring_inits, 1);
+		if (pause) {
+			struct timespec ts = {.tv_sec = pause / 1000,
+					      .tv_nsec = (long)(pause % 1000) * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return rc;
 }
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -121,15 +163,15 @@ size_t fault_mapped_bytes(const void *addr, size_t len)
 	return total;
 }
 
-int fault_seccomp_no_io_uring(void)
+int fault_seccomp_refuse(long nr, int err)
 {
 	struct sock_filter filter[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = {.len = sizeof(filter) / sizeof(filter[0]), .filter = filter};
@@ -137,6 +179,11 @@ int fault_seccomp_no_io_uring(void)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		return -1;
 	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+int fault_seccomp_no_io_uring(void)
+{
+	return fault_seccomp_refuse(__NR_io_uring_setup, EPERM);
 }
 
 long fault_sysctl_read(const char *path)

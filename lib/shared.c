@@ -1,0 +1,293 @@
+/* Shared blocks: huge pages several processes map, by descriptor.
+ *
+ * A shared block is a memfd mapped MAP_SHARED.  Preferred: a hugetlb memfd
+ * (MFD_HUGETLB with the page size the `pagesize` knob chooses): mmap
+ * without MAP_NORESERVE reserves its pool pages in the file, so a short
+ * pool fails here (ENOMEM) and never later as a SIGBUS -- in this process
+ * or in any other that maps the descriptor, since the reservation belongs
+ * to the file.  Else the `fallback` knob decides: thp = a shmem memfd with
+ * MADV_HUGEPAGE (transparent huge pages where the kernel's shmem_enabled
+ * allows them, ordinary pages otherwise), small = the same without the
+ * advice, fail = ENOMEM.
+ *
+ * Shared blocks never enter the private reuse cache nor the release ring:
+ * other processes may map the same pages, and the kernel frees them when
+ * the last descriptor and mapping are gone.  Each process keeps its own
+ * record (address, length, descriptor, backend) in a small list under
+ * shared_lock; hp_shared_free() unmaps and closes.  A forked child inherits
+ * mappings, descriptors and records: it may use and free them as its own.
+ */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_HUGE_SHIFT
+#define MFD_HUGE_SHIFT 26
+#endif
+#define HUGETLBFS_MAGIC 0x958458f6
+
+struct shared {
+	void *addr;
+	size_t len;
+	int fd;
+	int backend;      /* HP_BACKEND_HUGETLB, _THP (advised shmem), _SMALL */
+	size_t pagesize;  /* hugetlb page size, else 4096 */
+	struct shared *next;
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared *blocks;
+
+static int log2_of(size_t v)
+{
+	return 63 - __builtin_clzll((unsigned long long)v);
+}
+
+static int shared_memfd(size_t pagesize)
+{
+	unsigned flags = MFD_CLOEXEC;
+	if (pagesize)
+		flags |= MFD_HUGETLB | ((unsigned)log2_of(pagesize) << MFD_HUGE_SHIFT);
+	return memfd_create(pagesize ? "hpalloc-shared-hugetlb" : "hpalloc-shared", flags);
+}
+
+/* Map len bytes of fd; for shmem on a 2 MiB boundary, so THP can back it. */
+static void *map_fd(int fd, size_t len, bool align)
+{
+	if (!align) {
+		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		return p == MAP_FAILED ? NULL : p;
+	}
+	char *raw = mmap(NULL, len + HP_THP_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
+	void *p = mmap(start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		munmap(raw, len + HP_THP_SIZE);
+		return NULL;
+	}
+	if (start > raw)
+		munmap(raw, (size_t)(start - raw));
+	size_t tail = (size_t)(raw + len + HP_THP_SIZE - (start + len));
+	if (tail)
+		munmap(start + len, tail);
+	return p;
+}
+
+/* A hugetlb memfd of len bytes, mapped (pool pages reserved), or -1. */
+static int create_hugetlb(size_t len, size_t pagesize, struct shared *s)
+{
+	int fd = shared_memfd(pagesize);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len) == 0 && (s->addr = map_fd(fd, len, false))) {
+		*s = (struct shared){s->addr, len, fd, HP_BACKEND_HUGETLB, pagesize, NULL};
+		return 0;
+	}
+	close(fd);
+	return -1;
+}
+
+static int create_shmem(size_t len, bool advise, struct shared *s)
+{
+	int fd = shared_memfd(0);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len) == 0 && (s->addr = map_fd(fd, len, true))) {
+		if (advise)
+			madvise(s->addr, len, MADV_HUGEPAGE);
+		*s = (struct shared){s->addr, len, fd, advise ? HP_BACKEND_THP : HP_BACKEND_SMALL,
+				     HP_BASE_PAGE, NULL};
+		return 0;
+	}
+	close(fd);
+	return -1;
+}
+
+static void *remember(struct shared *s)
+{
+	struct shared *rec = malloc(sizeof(*rec));
+	if (!rec) {
+		munmap(s->addr, s->len);
+		close(s->fd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	*rec = *s;
+	pthread_mutex_lock(&shared_lock);
+	rec->next = blocks;
+	blocks = rec;
+	pthread_mutex_unlock(&shared_lock);
+	stat_add(HP_STAT_SHARED_LIVE_BYTES, rec->len);
+	stat_add(HP_STAT_SHARED_LIVE_BLOCKS, 1);
+	return rec->addr;
+}
+
+/* hugetlb first (page size from pagesize, else from the knob), then the
+ * fallback knob. */
+static int create(size_t size, size_t pagesize, struct shared *s)
+{
+	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
+	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size);
+
+	/* as for private blocks: a page size asked for, or mode=hugetlb, means
+	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can */
+	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
+			   (mode == MODE_AUTO && os_pool_ready(ps, size)));
+	if (want) {
+		size_t len = hp_align_up(size, ps);
+		if (len >= size && create_hugetlb(len, ps, s) == 0)
+			return 0;
+		stat_add(HP_STAT_SHARED_FALLBACKS, 1);
+		int fallback = atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed);
+		if (fallback == FALLBACK_FAIL) {
+			hp_log(1, "shared block of %zu bytes: hugetlb pool short, fallback=fail", size);
+			errno = ENOMEM;
+			return -1;
+		}
+		hp_log(1, "shared block of %zu bytes: hugetlb pool short: %s memory", size,
+		       fallback == FALLBACK_THP ? "THP shmem" : "ordinary shared");
+		return create_shmem(hp_align_up(size, HP_THP_SIZE), fallback == FALLBACK_THP, s);
+	}
+	return create_shmem(hp_align_up(size, HP_THP_SIZE), mode != MODE_OFF, s);
+}
+
+void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out)
+{
+	struct shared s;
+	HP_ERRNO_SAVE;
+
+	if (size == 0 || size > ((size_t)1 << 46) ||
+	    (pagesize && !os_pagesize_supported(pagesize))) {
+		errno = size ? (pagesize ? EINVAL : ENOMEM) : EINVAL;
+		return NULL;
+	}
+	hp_init();
+	if (create(size, pagesize, &s) != 0) {
+		stat_add(HP_STAT_FAILURES, 1);
+		errno = ENOMEM;
+		return NULL;
+	}
+	void *p = remember(&s);
+	if (p) {
+		if (fd_out)
+			*fd_out = s.fd;
+		HP_ERRNO_RESTORE;
+	}
+	return p;
+}
+
+void *hp_shared_map(int fd, size_t *size_out)
+{
+	struct stat st;
+	struct statfs sf;
+	struct shared s = {0};
+	HP_ERRNO_SAVE;
+
+	hp_init();
+	if (fd < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &sf) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size <= 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	bool hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
+	s.len = (size_t)st.st_size;
+	s.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* ours to close; the caller keeps fd */
+	if (s.fd < 0)
+		return NULL;
+	s.addr = map_fd(s.fd, s.len, !hugetlb);
+	if (!s.addr) {
+		close(s.fd);
+		return NULL;
+	}
+	/* shmem THP can only come from advice (or shmem_enabled=always) */
+	if (!hugetlb)
+		madvise(s.addr, s.len, MADV_HUGEPAGE);
+	s.backend = hugetlb ? HP_BACKEND_HUGETLB : HP_BACKEND_THP;
+	s.pagesize = hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
+	void *p = remember(&s);
+	if (p) {
+		if (size_out)
+			*size_out = s.len;
+		HP_ERRNO_RESTORE;
+	}
+	return p;
+}
+
+/* The record of the block containing addr; shared_lock held. */
+static struct shared **find_locked(const void *addr)
+{
+	for (struct shared **pp = &blocks; *pp; pp = &(*pp)->next)
+		if ((const char *)addr >= (char *)(*pp)->addr &&
+		    (const char *)addr < (char *)(*pp)->addr + (*pp)->len)
+			return pp;
+	return NULL;
+}
+
+int hp_shared_free(void *ptr)
+{
+	pthread_mutex_lock(&shared_lock);
+	struct shared **pp = ptr ? find_locked(ptr) : NULL, *s = pp ? *pp : NULL;
+	if (s && s->addr == ptr)
+		*pp = s->next;
+	pthread_mutex_unlock(&shared_lock);
+	if (!s || s->addr != ptr) {
+		errno = EINVAL;
+		return -1;
+	}
+	HP_ERRNO_SAVE;
+	munmap(s->addr, s->len);
+	close(s->fd);
+	stat_sub(HP_STAT_SHARED_LIVE_BYTES, s->len);
+	stat_sub(HP_STAT_SHARED_LIVE_BLOCKS, 1);
+	free(s);
+	HP_ERRNO_RESTORE;
+	return 0;
+}
+
+int hp_shared_info(const void *ptr, struct hp_shared_info *out)
+{
+	if (!ptr || !out) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&shared_lock);
+	struct shared **pp = find_locked(ptr);
+	if (pp)
+		*out = (struct hp_shared_info){.addr = (*pp)->addr, .size = (*pp)->len, .fd = (*pp)->fd,
+					       .backend = (*pp)->backend, .page_size = (*pp)->pagesize};
+	pthread_mutex_unlock(&shared_lock);
+	if (!pp) {
+		errno = ENOENT;
+		return -1;
+	}
+	return 0;
+}
+
+/* For hp_backing(): the shared mapping containing addr. */
+bool shared_lookup(const void *addr, struct hp_map *out)
+{
+	pthread_mutex_lock(&shared_lock);
+	struct shared **pp = find_locked(addr);
+	if (pp)
+		*out = (struct hp_map){.addr = (*pp)->addr, .len = (*pp)->len,
+				       .pagesize = (*pp)->pagesize, .backend = (*pp)->backend};
+	pthread_mutex_unlock(&shared_lock);
+	return pp != NULL;
+}
+
+void shared_fork(int phase)
+{
+	fork_mutex(&shared_lock, phase);
+}

@@ -1,0 +1,218 @@
+/* hpalloc._shared: SharedBlock, a Python object owning one hpalloc shared
+ * block (hp_shared_alloc / hp_shared_map) and exposing it through the
+ * buffer protocol, so NumPy arrays (np.frombuffer, np.ndarray(buffer=))
+ * can live on it.  The block is unmapped when the object goes and no array
+ * still holds a buffer on it.  Policy (page size, fallback, backing) is the
+ * library's; this only translates. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "hpalloc.h"
+
+typedef struct {
+	PyObject_HEAD
+	void *addr;
+	size_t size;
+	Py_ssize_t exports; /* live buffers: the mapping must stay */
+} SharedBlock;
+
+static PyTypeObject SharedBlockType;
+
+static PyObject *error_from_errno(const char *what)
+{
+	if (errno == ENOMEM)
+		return PyErr_Format(PyExc_MemoryError, "%s: %s", what, strerror(errno));
+	return PyErr_Format(errno == EINVAL ? PyExc_ValueError : PyExc_OSError, "%s: %s", what,
+			    strerror(errno));
+}
+
+static PyObject *wrap(PyTypeObject *type, void *addr, size_t size)
+{
+	SharedBlock *self = (SharedBlock *)type->tp_alloc(type, 0);
+	if (!self) {
+		hp_shared_free(addr);
+		return NULL;
+	}
+	self->addr = addr;
+	self->size = size;
+	return (PyObject *)self;
+}
+
+/* SharedBlock(size, pagesize=0): a new block. */
+static PyObject *block_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"size", "pagesize", NULL};
+	Py_ssize_t size;
+	unsigned long long pagesize = 0;
+	void *addr;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|K", kwlist, &size, &pagesize))
+		return NULL;
+	if (size <= 0)
+		return PyErr_Format(PyExc_ValueError, "size must be positive, got %zd", size);
+	Py_BEGIN_ALLOW_THREADS
+	addr = hp_shared_alloc((size_t)size, (size_t)pagesize, NULL);
+	Py_END_ALLOW_THREADS
+	if (!addr)
+		return error_from_errno("hpalloc shared block");
+	struct hp_shared_info info;
+	hp_shared_info(addr, &info);
+	return wrap(type, addr, info.size);
+}
+
+/* SharedBlock.from_fd(fd): map a block another process made (fd stays the
+ * caller's). */
+static PyObject *block_from_fd(PyObject *cls, PyObject *arg)
+{
+	int fd = PyObject_AsFileDescriptor(arg);
+	size_t size = 0;
+	void *addr;
+
+	if (fd < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	addr = hp_shared_map(fd, &size);
+	Py_END_ALLOW_THREADS
+	if (!addr)
+		return error_from_errno("mapping an hpalloc shared block");
+	return wrap((PyTypeObject *)cls, addr, size);
+}
+
+static void block_dealloc(SharedBlock *self)
+{
+	if (self->addr)
+		hp_shared_free(self->addr);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int block_getbuffer(SharedBlock *self, Py_buffer *view, int flags)
+{
+	if (!self->addr) {
+		PyErr_SetString(PyExc_ValueError, "shared block is closed");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, self->addr, (Py_ssize_t)self->size, 0, flags) < 0)
+		return -1;
+	self->exports++;
+	return 0;
+}
+
+static void block_releasebuffer(SharedBlock *self, Py_buffer *view)
+{
+	(void)view;
+	self->exports--;
+}
+
+static PyBufferProcs block_as_buffer = {
+	(getbufferproc)block_getbuffer,
+	(releasebufferproc)block_releasebuffer,
+};
+
+static int info_of(SharedBlock *self, struct hp_shared_info *info)
+{
+	if (!self->addr || hp_shared_info(self->addr, info) != 0) {
+		PyErr_SetString(PyExc_ValueError, "shared block is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *block_fd(SharedBlock *self, void *closure)
+{
+	struct hp_shared_info info;
+	(void)closure;
+	return info_of(self, &info) ? NULL : PyLong_FromLong(info.fd);
+}
+
+static PyObject *block_info(SharedBlock *self, PyObject *unused)
+{
+	struct hp_shared_info info;
+	(void)unused;
+	if (info_of(self, &info))
+		return NULL;
+	return Py_BuildValue("{s:K,s:n,s:i,s:s,s:n}", "address", (unsigned long long)(uintptr_t)info.addr,
+			     "size", (Py_ssize_t)info.size, "fd", info.fd, "backend",
+			     hp_backend_name(info.backend), "page_size", (Py_ssize_t)info.page_size);
+}
+
+static PyObject *block_close(SharedBlock *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->exports > 0) {
+		PyErr_SetString(PyExc_BufferError, "shared block still has arrays on it");
+		return NULL;
+	}
+	if (self->addr)
+		hp_shared_free(self->addr);
+	self->addr = NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *block_address(SharedBlock *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->addr);
+}
+
+static PyObject *block_size(SharedBlock *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromSize_t(self->size);
+}
+
+static PyMethodDef block_methods[] = {
+	{"from_fd", (PyCFunction)block_from_fd, METH_O | METH_CLASS,
+	 "from_fd(fd) -> SharedBlock mapping the block behind fd (fd stays yours)"},
+	{"info", (PyCFunction)block_info, METH_NOARGS,
+	 "info() -> {address, size, fd, backend, page_size}"},
+	{"close", (PyCFunction)block_close, METH_NOARGS,
+	 "close(): unmap now (refused while arrays use it)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef block_getset[] = {
+	{"fd", (getter)block_fd, NULL, "the block's descriptor (owned by the block)", NULL},
+	{"address", (getter)block_address, NULL, "start address in this process", NULL},
+	{"size", (getter)block_size, NULL, "length in bytes", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SharedBlockType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "hpalloc._shared.SharedBlock",
+	.tp_basicsize = sizeof(SharedBlock),
+	.tp_dealloc = (destructor)block_dealloc,
+	.tp_as_buffer = &block_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "SharedBlock(size, pagesize=0): huge pages other processes can map by descriptor",
+	.tp_methods = block_methods,
+	.tp_getset = block_getset,
+	.tp_new = block_new,
+};
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT, "hpalloc._shared",
+	"Shared hpalloc blocks for NumPy arrays across processes.", -1,
+	NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__shared(void);
+
+PyMODINIT_FUNC PyInit__shared(void)
+{
+	if (PyType_Ready(&SharedBlockType) < 0)
+		return NULL;
+	PyObject *m = PyModule_Create(&module);
+	if (!m)
+		return NULL;
+	Py_INCREF(&SharedBlockType);
+	if (PyModule_AddObject(m, "SharedBlock", (PyObject *)&SharedBlockType) < 0) {
+		Py_DECREF(&SharedBlockType);
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}
