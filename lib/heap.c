@@ -94,7 +94,8 @@ struct hp_ctx {
 #define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
 /* Filled in here, never written after: hp_ctx() is called from whichever
  * thread allocates first while other threads read the same context. */
-#define CTX_ROW(o) {{(o), 0}, {(o), 2 * HP_MiB}, {(o), HP_GiB}}
+#define CTX_ENTRY(o, ps) {.origin = (o), .pagesize = (ps)} /* no numa of its own */
+#define CTX_ROW(o) {CTX_ENTRY(o, 0), CTX_ENTRY(o, 2 * HP_MiB), CTX_ENTRY(o, HP_GiB)}
 static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
 	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
 	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
