@@ -466,7 +466,7 @@ def workload_table(w, title, unit, summary, contenders):
             out.append("| %s | failed: %s |" % (c.label, s["errors"][0]) + " |" * (len(head) - 2))
             continue
         ratio = "%.2f" % (s["median"] / base) if base else "–"
-        cells = [c.label, fmt_value(s["median"], unit),
+        cells = [label_of(c, summary), fmt_value(s["median"], unit),
                  "%s–%s" % (fmt_value(s["min"], unit), fmt_value(s["max"], unit)), ratio,
                  fmt_count(s["faults"]), fmt_bytes(s["peak"])]
         for key, _ in extra_cols:
@@ -478,11 +478,23 @@ def workload_table(w, title, unit, summary, contenders):
     return out + [""]
 
 
-SUMMARY_COLS = [("temp256M", None, "temp. 256 MiB ÷ in-place"),
-                ("temp8M", None, "temp. 8 MiB"), ("temp1M", None, "temp. 1 MiB"),
-                ("small", None, "small ns"),
-                ("zeros1G", "faults", "zeros 1 GiB s (faults)"), ("gather", None, "gather s"),
-                ("threads", None, "threads s"), ("resize1G", "faults", "resize s (faults)")]
+# (workload, value: None = the primary metric, else an extra one, value in
+# parentheses, title).  Like against like: `np.zeros(1 GiB)` has two
+# columns, the first call of a process (no cache can help anyone) and the
+# repeated call (each allocator's steady state: NumPy maps afresh, hpalloc
+# reuses its cached block).
+SUMMARY_COLS = [("temp256M", None, None, "temp. 256 MiB ÷ in-place"),
+                ("temp8M", None, None, "temp. 8 MiB"), ("temp1M", None, None, "temp. 1 MiB"),
+                ("small", None, None, "small ns"),
+                ("zeros1G", "cold_s", "cold_faults", "zeros 1 GiB, first call s (faults)"),
+                ("zeros1G", None, "faults", "zeros 1 GiB, repeated s (faults)"),
+                ("gather", None, None, "gather s"),
+                ("threads", None, None, "threads s"),
+                ("resize1G", None, "faults", "resize s (faults)")]
+
+
+def summary_value(s, key):
+    return s["median"] if key is None else s["extra"].get(key)
 
 
 def summary_table(summary, contenders):
@@ -490,20 +502,20 @@ def summary_table(summary, contenders):
     README shows."""
     cols = [c for c in SUMMARY_COLS if c[0] in summary]
     units = {w: u for w, _, _, u in WORKLOADS}
-    out = ["| contender | " + " | ".join(t for _, _, t in cols) + " |",
+    out = ["| contender | " + " | ".join(c[3] for c in cols) + " |",
            "|---|" + "---|" * len(cols)]
     for c in contenders:
         if c.name.endswith("ctl"):
             continue
-        cells = [c.label]
-        for w, extra, _ in cols:
+        cells = [label_of(c, summary)]
+        for w, key, extra, _ in cols:
             s = summary[w].get(c.name)
             if c.skip_reason:
                 cells.append("skipped")
             elif not s or "median" not in s:
                 cells.append("failed")
             else:
-                cell = fmt_value(s["median"], units[w])
+                cell = fmt_value(summary_value(s, key), units[w])
                 if extra:
                     cell += " (%s)" % fmt_count(s["extra"].get(extra))
                 cells.append(cell)
@@ -515,6 +527,30 @@ def summary_table(summary, contenders):
 
 HP_MODES = ("hp-thp", "hp-2M", "hp-1G", "hp-auto")
 PEERS = ("numpy", "numpy-nomadv", "tcmalloc", "jemalloc", "mimalloc", "libhugetlbfs")
+HUGE_PEERS = ("libhugetlbfs",)  # in the table as a huge-page allocator
+
+
+def used_huge_pages(summary, name):
+    """Whether a contender's processes held any hugetlb page (None: did not
+    run).  libhugetlbfs's morecore does not work with Debian 12's glibc:
+    it then runs on ordinary pages and is no huge-page peer."""
+    peaks = [s.get("info", {}).get("hugetlb_peak_bytes") for rows in summary.values()
+             for n, s in rows.items() if n == name and "info" in s]
+    peaks = [p for p in peaks if p is not None]
+    return None if not peaks else max(peaks) > 0
+
+
+def label_of(c, summary):
+    if c.name in HUGE_PEERS and used_huge_pages(summary, c.name) is False:
+        return c.label + " — used no huge pages here"
+    return c.label
+
+
+def peers(summary):
+    """The peers targets compare with: a 'huge-page' peer that used no huge
+    page is only NumPy's default under another name."""
+    return tuple(n for n in PEERS
+                 if not (n in HUGE_PEERS and used_huge_pages(summary, n) is False))
 
 
 def best(summary, w, names, key="median"):
@@ -523,18 +559,53 @@ def best(summary, w, names, key="median"):
     return min(cands) if cands else (None, None)
 
 
+def worst(summary, w, names, key="median"):
+    cands = [(summary[w][n][key], n) for n in names
+             if n in summary.get(w, {}) and summary[w][n].get(key) is not None]
+    return max(cands) if cands else (None, None)
+
+
+# Peak memory: hpalloc may hold, beyond what NumPy's default holds at its
+# peak, only what the design lets it keep -- 5% + 16 MiB for page rounding
+# and noise, plus the blocks a workload legitimately leaves in the reuse
+# cache while it peaks (resize: the smaller arrays it outgrew, ~1 GiB,
+# bounded by cache_max).  Judged on hpalloc's worst mode: a regression in
+# one mode must not hide behind another.  A cache that kept a second 1 GiB
+# block in zeros1G, or leaked temporaries, misses it (the old limit, NumPy +
+# cache_max, let both through).
+PEAK_KEEP = {"resize1G": GiB}
+
+
+def peak_limit(numpy_peak, w, cache_max):
+    return numpy_peak * 1.05 + 16 * MiB + min(PEAK_KEEP.get(w, 0), cache_max)
+
+
 def target_rows(summary, cache_max):
     rows = []
 
-    def add(what, w, limit_text, check, key="median"):
-        value, mode = best(summary, w, HP_MODES, key)
+    def fmt(w, key, value):
+        if key in ("peak",):
+            return fmt_bytes(value)
+        if "faults" in key:
+            return fmt_count(value)
+        return fmt_value(value, "×" if w.startswith("temp") else "ns" if w == "small" else "s")
+
+    def add(what, w, limit_text, check, key="median", pick=best, names=HP_MODES):
+        value, mode = pick(summary, w, names, key)
         if value is None:
             rows.append((what, limit_text, "–", "–", "not measured"))
             return
-        met = check(value)
-        rows.append((what, limit_text, fmt_value(value, "×" if w.startswith("temp") else
-                                                 "ns" if w == "small" else "s")
-                     if key == "median" else fmt_count(value), mode, "met" if met else "MISSED"))
+        rows.append((what, limit_text, fmt(w, key, value), mode, "met" if check(value) else "MISSED"))
+
+    def add_extra(what, w, extra, limit_text, check):
+        """A target on an extra metric (e.g. the first call's time)."""
+        cands = [(summary[w][n]["extra"][extra], n) for n in HP_MODES
+                 if n in summary.get(w, {}) and summary[w][n].get("extra", {}).get(extra) is not None]
+        if not cands:
+            rows.append((what, limit_text, "–", "–", "not measured"))
+            return
+        value, mode = min(cands)
+        rows.append((what, limit_text, fmt(w, extra, value), mode, "met" if check(value) else "MISSED"))
 
     def get(w, n, key="median"):
         return summary.get(w, {}).get(n, {}).get(key)
@@ -546,9 +617,13 @@ def target_rows(summary, cache_max):
     if np_small:
         add("small `x + y` ns", "small", "≤ NumPy default (%.0f ns, +2%% noise)" % np_small,
             lambda v: v <= np_small * 1.02)
-    add("zeros 1 GiB s", "zeros1G", "≤ 0.12 s", lambda v: v <= 0.12)
-    add("zeros 1 GiB faults", "zeros1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
-    peer, peer_name = best(summary, "gather", PEERS)
+    # first call against first call, repeated against repeated
+    add_extra("zeros 1 GiB, first call s", "zeros1G", "cold_s", "≤ 0.12 s", lambda v: v <= 0.12)
+    add_extra("zeros 1 GiB, first call faults", "zeros1G", "cold_faults", "≤ 1,000",
+              lambda v: v <= 1000)
+    add("zeros 1 GiB, repeated s", "zeros1G", "≤ 0.12 s", lambda v: v <= 0.12)
+    add("zeros 1 GiB, repeated faults", "zeros1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
+    peer, peer_name = best(summary, "gather", peers(summary))
     if peer is not None:
         add("gather 4 GiB s", "gather", "≤ best peer (%s %.3f s)" % (peer_name, peer),
             lambda v: v <= peer)
@@ -559,13 +634,11 @@ def target_rows(summary, cache_max):
         base = get(w, "numpy", "peak")
         if base is None or w in CONTROL_ONLY:
             continue
-        add("peak RSS+hugetlb, %s" % w, w, "≤ NumPy's %s + cache_max" % fmt_bytes(base),
-            lambda v, base=base: v <= base + cache_max, key="peak")
-    for i, r in enumerate(rows):  # peak rows show bytes, not a count
-        if r[0].startswith("peak"):
-            w = r[0].split(", ")[1]
-            v, _ = best(summary, w, HP_MODES, "peak")
-            rows[i] = (r[0], r[1], fmt_bytes(v), r[3], r[4])
+        limit = peak_limit(base, w, cache_max)
+        keep = " + %s kept by design" % fmt_bytes(min(PEAK_KEEP[w], cache_max)) if w in PEAK_KEEP else ""
+        add("peak RSS+hugetlb, %s (worst mode)" % w, w,
+            "≤ NumPy's %s × 1.05 + 16 MiB%s = %s" % (fmt_bytes(base), keep, fmt_bytes(limit)),
+            lambda v, limit=limit: v <= limit, key="peak", pick=worst)
     return rows
 
 
@@ -590,8 +663,8 @@ def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_m
     L += ["## Summary (medians)", "", "<!-- summary start -->"]
     L += summary_table(summary, contenders)
     L += ["<!-- summary end -->", ""]
-    L += ["## Targets (issue 6), hpalloc's best mode", "",
-          "| target | limit | hpalloc best | mode | |", "|---|---|---|---|---|"]
+    L += ["## Targets (issue 6): hpalloc's best mode; peak memory: its worst mode", "",
+          "| target | limit | hpalloc | mode | |", "|---|---|---|---|---|"]
     L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)]
     L += ["", "## Workloads", ""]
     for w, title, _, unit in WORKLOADS:

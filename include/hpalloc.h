@@ -185,6 +185,7 @@ enum hp_stat {
 	HP_STAT_URING_ACTIVE,       /* gauge: 1 while releases go through io_uring */
 	HP_STAT_JANITOR_ACTIVE,     /* gauge: 1 while the janitor thread runs */
 	HP_STAT_SHARED_FALLBACKS,   /* shared blocks not on hugetlb: pool short */
+	HP_STAT_NUMA_REFUSED,       /* blocks unmapped: their placement could not be applied */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */
@@ -213,7 +214,7 @@ HP_API const char *hp_source_name(int source); /* "default" "control" "env" "pro
 
 struct hp_knob_info {
 	const char *name;       /* "threshold"                                */
-	const char *type;       /* "choice" "size" "integer"                  */
+	const char *type;       /* "choice" "size" "integer" "policy" (numa)  */
 	const char *help;       /* one line                                   */
 	const char *accepted;   /* what is accepted, for error messages       */
 	const char *choices;    /* "auto hugetlb thp off" or NULL             */
@@ -306,6 +307,47 @@ struct hp_proc_list {
  * with hp_proc_list_free(). */
 HP_API int hp_proc_list(struct hp_proc_list *out);
 HP_API void hp_proc_list_free(struct hp_proc_list *list);
+
+/* ---- NUMA placement ------------------------------------------------------
+ * The `numa` knob places hpalloc's own huge mappings (mbind before their
+ * first touch; never libc's memory): default (the kernel's policy), local,
+ * interleave, interleave:NODES, bind:NODES, preferred:NODE -- NODES like
+ * "0,2-3", nodes 0 to 31.  A block placed under one policy is never reused
+ * for a request under another.  See hpalloc(7) and hp_ctx_numa(3). */
+
+/* The immortal context that allocates like ctx (its origin and page size;
+ * NULL: hp_ctx(HP_ORIGIN_API, 0)) but places its huge blocks by `policy`,
+ * a value of the numa knob, whatever the knob says.  The same ctx and
+ * policy always give the same context.  NULL + EINVAL for a policy the
+ * numa knob refuses (hp_knob_parse("numa", ...) says why). */
+HP_API void *hp_ctx_numa(void *ctx, const char *policy);
+
+#define HP_NUMA_NODES 64
+/* What /proc/self/numa_maps says for a range. */
+struct hp_kernel_numa {
+	char policy[HP_KNOB_VALUE_MAX]; /* of the first mapping, as numa_maps
+					   writes it: "default", "bind:0",
+					   "interleave:0-1", "prefer:0", "local" */
+	int mappings;             /* numa_maps entries over the range       */
+	int mixed;                /* 1 if they do not all show that policy  */
+	size_t page_size;         /* kernelpagesize_kB of the first, bytes  */
+	uint64_t node_pages[HP_NUMA_NODES]; /* pages (of page_size) on node n */
+	uint64_t other_node_pages;  /* on nodes >= HP_NUMA_NODES            */
+};
+/* Sum of the numa_maps entries overlapping [addr, addr+len).  -1 + errno
+ * (ENOENT: no mapping there; numa_maps missing on kernels without NUMA). */
+HP_API int hp_kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out);
+
+struct hp_backing_numa {
+	char policy[HP_KNOB_VALUE_MAX]; /* the placement hpalloc gave the block,
+					   as the numa knob writes it ("bind:0",
+					   "default"); "" for memory not in an
+					   hpalloc huge block */
+	struct hp_kernel_numa kernel;   /* numa_maps over the block (over the
+					   page of ptr for other memory) */
+};
+/* Placement of the hpalloc block containing ptr.  -1 + errno. */
+HP_API int hp_backing_numa(const void *ptr, struct hp_backing_numa *out);
 
 #ifdef __cplusplus
 }

@@ -40,17 +40,18 @@ static void unlink_block(struct hp_block *b)
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
-/* A cached block fits if it is of the wanted kind, large enough, and
- * wastes at most 1/8 of the request rounded to its page size (so reuse
- * never inflates RSS much). */
-static bool fits(const struct hp_block *b, int backend, size_t min_ps, size_t max_ps, size_t size)
+/* A cached block fits if it is of the wanted kind and placement (a block
+ * placed under one policy never serves another), large enough, and wastes
+ * at most 1/8 of the request rounded to its page size (so reuse never
+ * inflates RSS much). */
+static bool fits(const struct hp_block *b, uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
 	size_t need = hp_align_up(size, b->map.pagesize);
-	return b->map.backend == backend && b->map.pagesize >= min_ps && b->map.pagesize <= max_ps &&
+	return b->kind == kind && b->map.pagesize >= min_ps && b->map.pagesize <= max_ps &&
 	       b->map.len >= need && b->map.len - need <= need / 8;
 }
 
-struct hp_block *cache_take(int backend, size_t min_ps, size_t max_ps, size_t size)
+struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
 	/* a fitting block is at most 9/8 of the request rounded to its page */
 	size_t largest = size + size / 8 + (max_ps < HP_GiB ? max_ps : HP_GiB) * 2;
@@ -58,7 +59,7 @@ struct hp_block *cache_take(int backend, size_t min_ps, size_t max_ps, size_t si
 
 	for (int i = bucket_of(size); i < NBUCKETS && i <= last; i++)
 		for (struct hp_block *b = buckets[i]; b; b = b->next)
-			if (fits(b, backend, min_ps, max_ps, size)) {
+			if (fits(b, kind, min_ps, max_ps, size)) {
 				unlink_block(b);
 				return b;
 			}

@@ -79,16 +79,23 @@ struct plan {
 };
 
 /* A context: who allocates (origin, for the stats) and, when pagesize is
- * not 0, hugetlb pages of that size forced whatever threshold and mode say.
- * All of them are static, so handlers holding one never outlive it. */
+ * not 0, hugetlb pages of that size forced whatever threshold and mode say;
+ * a derived one (hp_ctx_numa) also places its blocks by its own policy
+ * instead of the numa knob's.  All of them live as long as the process
+ * (static, or interned and never freed), so handlers holding one never
+ * outlive it. */
 struct hp_ctx {
 	int origin;
 	size_t pagesize;
+	bool has_numa;         /* numa below, not the knob's */
+	hp_numa_t numa;
+	struct hp_ctx *next;   /* interned derived contexts */
 };
 #define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
 /* Filled in here, never written after: hp_ctx() is called from whichever
  * thread allocates first while other threads read the same context. */
-#define CTX_ROW(o) {{(o), 0}, {(o), 2 * HP_MiB}, {(o), HP_GiB}}
+#define CTX_ENTRY(o, ps) {.origin = (o), .pagesize = (ps)} /* no numa of its own */
+#define CTX_ROW(o) {CTX_ENTRY(o, 0), CTX_ENTRY(o, 2 * HP_MiB), CTX_ENTRY(o, HP_GiB)}
 static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
 	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
 	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
@@ -105,8 +112,17 @@ static inline int origin_of(const struct hp_ctx *ctx)
 	return ctx ? ctx->origin : HP_ORIGIN_API;
 }
 
-/* Which kind of block to try first, from the knobs (or a forcing ctx). */
-static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
+/* The placement of a new block: the context's, else the knob's. */
+static inline hp_numa_t numa_of(const struct hp_ctx *ctx)
+{
+	if (ctx && ctx->has_numa)
+		return ctx->numa;
+	return atomic_load_explicit(&hp_cfg.numa, memory_order_relaxed);
+}
+
+/* Which kind of block to try first, from the knobs (or a forcing ctx);
+ * auto only plans a page size whose pool has free pages where numa allows. */
+static struct plan plan_for(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 
@@ -114,10 +130,10 @@ static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
 		return (struct plan){HP_BACKEND_HUGETLB, ctx->pagesize};
 	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
 	case MODE_HUGETLB:
-		return (struct plan){HP_BACKEND_HUGETLB, os_choose_pagesize(knob, size)};
+		return (struct plan){HP_BACKEND_HUGETLB, os_choose_pagesize(knob, size, numa)};
 	case MODE_AUTO: {
-		size_t ps = os_choose_pagesize(knob, size);
-		if (os_pool_ready(ps, size))
+		size_t ps = os_choose_pagesize(knob, size, numa);
+		if (os_pool_ready(ps, size, numa))
 			return (struct plan){HP_BACKEND_HUGETLB, ps};
 		break;
 	}
@@ -127,36 +143,65 @@ static struct plan plan_for(size_t size, const struct hp_ctx *ctx)
 	return (struct plan){HP_BACKEND_THP, HP_BASE_PAGE};
 }
 
-static struct hp_block *cache_take_locked(int backend, size_t min_ps, size_t max_ps, size_t size)
+static struct hp_block *cache_take_locked(uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = cache_take(backend, min_ps, max_ps, size);
+	struct hp_block *b = cache_take(kind, min_ps, max_ps, size);
 	pthread_mutex_unlock(&hp_heap_lock);
 	return b;
 }
 
-/* The cache first, for any block the knobs would accept: a hit costs no
- * syscall and no look at the pools (auto modes read sysfs otherwise). */
-static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx)
+/* The cache first, for any block the knobs would accept and placed as this
+ * request wants: a hit costs no syscall and no look at the pools (auto
+ * modes read sysfs otherwise). */
+static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
 	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 	struct hp_block *b = NULL;
 
 	if (forced(ctx))
-		return cache_take_locked(HP_BACKEND_HUGETLB, ctx->pagesize, ctx->pagesize, size);
+		return cache_take_locked(cache_kind(HP_BACKEND_HUGETLB, numa), ctx->pagesize, ctx->pagesize, size);
 	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
-		b = cache_take_locked(HP_BACKEND_HUGETLB, 0, knob ? knob : SIZE_MAX, size);
+		b = cache_take_locked(cache_kind(HP_BACKEND_HUGETLB, numa), 0, knob ? knob : SIZE_MAX, size);
 	if (!b && mode == MODE_AUTO)
-		b = cache_take_locked(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
+		b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
 	return b;
 }
 
-static struct hp_block *new_block(struct plan p, size_t size)
+/* A bind on hugetlb pages may only use its nodes' free pages, which the
+ * kernel's reservation at mmap does not look at: refuse up front when they
+ * are short, like a short pool (numa.c). */
+static bool nodes_can_serve(struct plan p, size_t size, hp_numa_t numa)
+{
+	if (p.backend != HP_BACKEND_HUGETLB || numa_mode(numa) != NUMA_BIND)
+		return true;
+	long avail = numa_pool_available(numa, p.pagesize);
+	return avail < 0 || (size_t)avail >= hp_align_up(size, p.pagesize) / p.pagesize;
+}
+
+/* A fresh mapping placed by numa before anyone touches it.  A placement
+ * that cannot be applied unmaps it (numa.c: the block is refused). */
+static int map_placed(struct plan p, size_t size, hp_numa_t numa, struct hp_map *m)
+{
+	if (!nodes_can_serve(p, size, numa)) {
+		errno = ENOMEM;
+		return -1;
+	}
+	int rc = p.backend == HP_BACKEND_HUGETLB ? os_map_hugetlb(size, p.pagesize, m) : os_map_thp(size, m);
+	if (rc < 0 || numa == HP_NUMA_DEFAULT || numa_place(m, numa) == 0)
+		return rc;
+	int err = errno;
+	os_unmap(m);
+	stat_add(HP_STAT_NUMA_REFUSED, 1);
+	errno = err;
+	return -1;
+}
+
+static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
-	int rc = p.backend == HP_BACKEND_HUGETLB ? os_map_hugetlb(size, p.pagesize, &m) : os_map_thp(size, &m);
-	if (rc < 0)
+	if (map_placed(p, size, numa, &m) < 0)
 		return NULL;
 	struct hp_block *b = calloc(1, sizeof(*b));
 	if (!b) {
@@ -165,6 +210,7 @@ static struct hp_block *new_block(struct plan p, size_t size)
 		return NULL;
 	}
 	b->map = m;
+	b->kind = cache_kind(m.backend, m.numa); /* neither changes while it lives */
 	b->fork_gen = heap_fork_gen;
 	stat_add(HP_STAT_MAPPED_BYTES, m.len);
 	return b;
@@ -173,11 +219,11 @@ static struct hp_block *new_block(struct plan p, size_t size)
 /* A short hugetlb pool may be short only because of us: cached blocks and
  * releases still in flight hold its pages.  Give those back (now, in this
  * thread) and try once more before the fallback decides. */
-static struct hp_block *new_block_reclaiming(struct plan p, size_t size)
+static struct hp_block *new_block_reclaiming(struct plan p, size_t size, hp_numa_t numa)
 {
-	struct hp_block *b = new_block(p, size);
-	if (b || p.backend != HP_BACKEND_HUGETLB)
-		return b;
+	struct hp_block *b = new_block(p, size, numa);
+	if (b || p.backend != HP_BACKEND_HUGETLB || errno != ENOMEM)
+		return b; /* not short of pages (a refused placement): no use */
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *cached = cache_take_backend(HP_BACKEND_HUGETLB);
 	release_adopt(cached);
@@ -188,7 +234,7 @@ static struct hp_block *new_block_reclaiming(struct plan p, size_t size)
 	 * have gone between the failed mmap and this look. */
 	release_flush(true);
 	release_drain();
-	return new_block(p, size);
+	return new_block(p, size, numa);
 }
 
 static void *publish_block(struct hp_block *b)
@@ -205,32 +251,33 @@ static void *publish_block(struct hp_block *b)
 #define HP_MAX_BLOCK ((size_t)1 << 46)
 
 /* A THP block: cached, else fresh. */
-static struct hp_block *thp_block(size_t size, bool *cached)
+static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
 {
-	struct hp_block *b = cache_take_locked(HP_BACKEND_THP, HP_BASE_PAGE, HP_BASE_PAGE, size);
+	struct hp_block *b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
 	*cached = b != NULL;
-	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size);
+	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, numa);
 }
 
 /* Where a block comes from, in order: the cache (any kind the knobs
- * accept), a fresh mapping of the planned kind, then the fallback --
- * whose THP blocks are again cached ones first. */
+ * accept, placed as wanted), a fresh mapping of the planned kind, then
+ * the fallback -- whose THP blocks are again cached ones first. */
 static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached)
 {
-	struct hp_block *b = take_cached(size, ctx);
+	hp_numa_t numa = numa_of(ctx);
+	struct hp_block *b = take_cached(size, ctx, numa);
 	if ((*cached = b != NULL))
 		return b;
-	struct plan p = plan_for(size, ctx);
+	struct plan p = plan_for(size, ctx, numa);
 	if (p.backend == HP_BACKEND_THP)
-		return thp_block(size, cached);
-	b = new_block_reclaiming(p, size);
+		return thp_block(size, numa, cached);
+	b = new_block_reclaiming(p, size, numa);
 	if (b)
 		return b;
 	stat_add(HP_STAT_FALLBACKS, 1);
 	if (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) != FALLBACK_THP)
 		return NULL;
 	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-	return thp_block(size, cached);
+	return thp_block(size, numa, cached);
 }
 
 /* The huge path alone: a published block, or NULL -- with *to_small set
@@ -406,6 +453,8 @@ static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const st
  * moving page tables (mremap).  NULL: it must be copied. */
 static void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
+	if (b->map.numa != numa_of(ctx))
+		return NULL; /* placed under another policy: the copy is placed anew */
 	if (size <= b->map.len && size >= b->map.len / 2) {
 		stat_add(HP_STAT_REALLOC_INPLACE, 1);
 		return b->map.addr;
@@ -467,7 +516,7 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 {
 	hp_init();
 	if (pagesize == 0)
-		pagesize = os_choose_pagesize(atomic_load(&hp_cfg.pagesize), size);
+		pagesize = os_choose_pagesize(atomic_load(&hp_cfg.pagesize), size, numa_of(NULL));
 	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);
 	if (!ctx)
 		return NULL;
@@ -495,6 +544,49 @@ void *hp_ctx_pagesize(size_t pagesize)
 		return NULL;
 	}
 	return hp_ctx(HP_ORIGIN_API, pagesize);
+}
+
+/* Derived contexts: pushed onto a list, lock-free and never freed, so a
+ * fork or a signal finds it whole and a handler's context lives forever. */
+static _Atomic(struct hp_ctx *) derived;
+
+static struct hp_ctx *find_derived(struct hp_ctx *from, const struct hp_ctx *want)
+{
+	for (struct hp_ctx *c = from; c; c = c->next)
+		if (c->origin == want->origin && c->pagesize == want->pagesize && c->numa == want->numa)
+			return c;
+	return NULL;
+}
+
+void *hp_ctx_numa(void *ctx, const char *policy)
+{
+	const struct hp_ctx *base = ctx ? ctx : hp_ctx(HP_ORIGIN_API, 0);
+	uint64_t numa;
+	HP_ERRNO_SAVE;
+
+	hp_init();
+	if (knobs_parse(KNOB_NUMA, policy, &numa, NULL, 0) < 0)
+		return NULL; /* EINVAL; hp_knob_parse("numa", ...) says why */
+	struct hp_ctx want = {.origin = base->origin, .pagesize = base->pagesize,
+			      .has_numa = true, .numa = numa};
+	struct hp_ctx *head = atomic_load(&derived), *c, *mine = NULL;
+	for (;;) {
+		if ((c = find_derived(head, &want)))
+			break;
+		if (!mine && !(mine = malloc(sizeof(*mine))))
+			return NULL; /* ENOMEM */
+		*mine = want;
+		mine->next = head;
+		if (atomic_compare_exchange_weak(&derived, &head, mine)) {
+			c = mine;
+			mine = NULL;
+			break;
+		}
+		/* another thread pushed first: head is the new head, look again */
+	}
+	free(mine); /* the same context was interned by another thread */
+	HP_ERRNO_RESTORE;
+	return c;
 }
 
 void *hp_ctx_malloc(void *ctx, size_t size)
@@ -625,6 +717,27 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 					   m.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
 		rc = hp_kernel_backing(m.addr, m.len, &out->kernel);
 	}
+	if (rc == 0)
+		HP_ERRNO_RESTORE;
+	return rc;
+}
+
+int hp_backing_numa(const void *ptr, struct hp_backing_numa *out)
+{
+	if (!ptr || !out) {
+		errno = EINVAL;
+		return -1;
+	}
+	HP_ERRNO_SAVE;
+	hp_init();
+	*out = (struct hp_backing_numa){.policy = ""};
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = reg_find_containing(ptr);
+	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
+	pthread_mutex_unlock(&hp_heap_lock);
+	if (b)
+		numa_format(m.numa, out->policy, sizeof(out->policy));
+	int rc = b ? hp_kernel_numa(m.addr, m.len, &out->kernel) : hp_kernel_numa(ptr, 1, &out->kernel);
 	if (rc == 0)
 		HP_ERRNO_RESTORE;
 	return rc;

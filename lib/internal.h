@@ -13,6 +13,9 @@
  *              control polling, stats publishing
  *   stats.c    counters
  *   smaps.c    what the kernel says (/proc/self/smaps)
+ *   numa.c     NUMA placement: the numa knob's policies, the nodes there
+ *              are, which pool pages a policy may use, mbind of our blocks
+ *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps)
  *   shared.c   shared blocks: memfd huge pages other processes map
  *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
  *   control.c  control directory: secure reading, live reload
@@ -64,6 +67,7 @@ enum hp_knob_id {
 	KNOB_CACHE_DECAY_MS,
 	KNOB_URING,
 	KNOB_VERBOSE,
+	KNOB_NUMA,
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
@@ -80,6 +84,7 @@ struct hp_config {
 	_Atomic uint64_t cache_decay_ms;
 	_Atomic int uring;
 	_Atomic int verbose;
+	_Atomic uint64_t numa;  /* hp_numa_t */
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
@@ -92,10 +97,40 @@ HP_HIDDEN void knobs_clear_source(int source); /* drop a whole layer */
  * counted in stats, logged when verbose. */
 HP_HIDDEN void knobs_note_reject(int knob, const char *why);
 HP_HIDDEN const char *knob_name(int knob);
+/* The knob's parser (the one parser of every knob value): the value as the
+ * table stores it, or -1 + EINVAL with the message in err. */
+HP_HIDDEN int knobs_parse(int knob, const char *text, uint64_t *out, char *err, size_t err_len);
 
 /* ---- log (knobs.c) -------------------------------------------------------- */
 HP_HIDDEN void hp_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* ---- numa.c: placement policies --------------------------------------------- */
+/* A placement policy, as the numa knob stores it: the mode in bits 32-39,
+ * the nodes it names in bits 0-31 (bit n = node n; a policy names nodes
+ * 0..31 at most, and its canonical text must fit HP_KNOB_VALUE_MAX).
+ * Interleave without nodes means every node the process may use.  0 is
+ * `default`: hpalloc sets nothing and the kernel's policy applies. */
+typedef uint64_t hp_numa_t;
+enum hp_numa_mode { NUMA_DEFAULT, NUMA_LOCAL, NUMA_INTERLEAVE, NUMA_BIND, NUMA_PREFERRED };
+#define NUMA_NODE_BITS 32
+#define HP_NUMA_DEFAULT ((hp_numa_t)0)
+static inline int numa_mode(hp_numa_t p) { return (int)(p >> 32); }
+static inline uint32_t numa_nodes(hp_numa_t p) { return (uint32_t)p; }
+static inline hp_numa_t numa_make(int mode, uint32_t nodes)
+{
+	return (hp_numa_t)mode << 32 | nodes;
+}
+/* The numa knob's grammar (the table's parser and printer call these). */
+HP_HIDDEN int numa_parse(const char *word, hp_numa_t *out, char *why, size_t why_len);
+HP_HIDDEN void numa_format(hp_numa_t p, char *buf, size_t len);
+/* Node n exists on this machine (libnuma's view, taken once). */
+HP_HIDDEN bool numa_node_exists(int node);
+/* The next existing node after `after` (-1: the first), or -1. */
+HP_HIDDEN int numa_node_next(int after);
+/* Pages of pagesize's pool that a block placed by p may draw on right now
+ * (see numa.c for what "available" means per node); -1 unknown. */
+HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
 
 /* ---- os.c ------------------------------------------------------------------ */
 /* A mapping hpalloc owns.  addr is aligned to the page size it asked for. */
@@ -104,7 +139,14 @@ struct hp_map {
 	size_t len;      /* mapped bytes (multiple of page)    */
 	size_t pagesize; /* 4096 for thp, 2M/1G for hugetlb  */
 	int backend;     /* HP_BACKEND_THP or HP_BACKEND_HUGETLB */
+	hp_numa_t numa;  /* placement it was given (0: the kernel's) */
 };
+/* Give a fresh mapping (never touched) placement p: mbind, and for a bind
+ * on hugetlb pages the pages faulted now, so a node without free pages is
+ * a failed allocation instead of a SIGBUS at first touch.  -1 + errno
+ * (ENOMEM: no page where p allows); the mapping is then unchanged or
+ * partly placed, and the caller unmaps it. */
+HP_HIDDEN int numa_place(struct hp_map *m, hp_numa_t p);
 HP_HIDDEN int os_map_thp(size_t size, struct hp_map *out);
 HP_HIDDEN int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out);
 HP_HIDDEN int os_unmap(const struct hp_map *m);
@@ -114,10 +156,24 @@ HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
-/* Page size for mode=hugetlb/auto given the knob (0 = auto) and request. */
-HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size);
-/* The pool of pagesize can reserve a block of size right now. */
-HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size);
+/* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
+ * and its placement (auto only takes a size whose pool p may use). */
+HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
+/* The pool of pagesize can serve a block of size placed by p right now. */
+HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
+/* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
+ * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
+HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);
+/* Tests: read the counters above below root (a staged sysfs: root/kernel/
+ * mm/hugepages, root/devices/system/node) instead of /sys; NULL: /sys. */
+HP_HIDDEN void os_pool_sysfs_root(const char *root);
+/* mbind(2) of m's whole mapping (with a THP block's guard page, so the
+ * block can still grow in place) to mode over nodes; -1 + errno. */
+HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes,
+		       unsigned long maxnode);
+/* Fault every page of m in now (MADV_POPULATE_WRITE); 0 also where the
+ * kernel cannot (before 5.14), -1 + errno if a page could not be had. */
+HP_HIDDEN int os_populate(const struct hp_map *m);
 
 /* ---- blocks, heap.c ---------------------------------------------------------- */
 struct hp_block {
@@ -129,6 +185,7 @@ struct hp_block {
 	int release_state;        /* release.c's, while it releases it */
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
+	uint64_t kind;            /* cache_kind() of its map           */
 	struct hp_block *hnext;   /* registry hash chain               */
 	struct hp_block *prev, *next; /* cache bucket; release hand-off   */
 	struct hp_block *lru_prev, *lru_next; /* cache LRU; in-ring list */
@@ -144,8 +201,15 @@ HP_HIDDEN size_t small_size(const void *p);   /* as requested */
 HP_HIDDEN size_t small_usable(const void *p);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
-/* A block of backend with min_ps <= page size <= max_ps that fits size. */
-HP_HIDDEN struct hp_block *cache_take(int backend, size_t min_ps, size_t max_ps, size_t size);
+/* What a cached block is looked up by: its backend and its placement (a
+ * block placed under one policy never serves another), one word so the
+ * lookup costs one comparison (bench/numa_cost.sh). */
+static inline uint64_t cache_kind(int backend, hp_numa_t numa)
+{
+	return numa << 8 | (unsigned)backend;
+}
+/* A block of that kind with min_ps <= page size <= max_ps that fits size. */
+HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size);
 /* Takes ownership; returns blocks pushed out (to release after unlocking). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);

@@ -13,6 +13,7 @@
  *   fallback=thp    a short pool still gets huge pages where possible.
  *   cache_max=1G    holds a few NumPy temporaries of the sizes that matter.
  *   cache_decay_ms=1000  idle memory goes back within a second or two.
+ *   numa=default    placement is the kernel's unless asked: no mbind, no work.
  */
 #include "internal.h"
 
@@ -28,7 +29,9 @@
 struct hp_config hp_cfg;
 
 struct knob_desc;
-typedef int (*knob_parse_fn)(const struct knob_desc *, const char *word, uint64_t *out);
+/* A parser may say why it refused a word (why is then "" or a reason). */
+typedef int (*knob_parse_fn)(const struct knob_desc *, const char *word, uint64_t *out,
+			     char *why, size_t why_len);
 typedef void (*knob_format_fn)(const struct knob_desc *, uint64_t v, char *buf, size_t len);
 
 struct knob_desc {
@@ -43,14 +46,16 @@ struct knob_desc {
 	knob_format_fn format;
 };
 
-static int parse_choice(const struct knob_desc *, const char *, uint64_t *);
-static int parse_size_knob(const struct knob_desc *, const char *, uint64_t *);
-static int parse_integer(const struct knob_desc *, const char *, uint64_t *);
-static int parse_pagesize(const struct knob_desc *, const char *, uint64_t *);
+static int parse_choice(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
+static int parse_size_knob(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
+static int parse_integer(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
+static int parse_pagesize(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
+static int parse_numa(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
 static void format_choice(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_size(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_integer(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_pagesize(const struct knob_desc *, uint64_t, char *, size_t);
+static void format_numa(const struct knob_desc *, uint64_t, char *, size_t);
 
 #define TIB ((uint64_t)1 << 40)
 
@@ -87,6 +92,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"log to stderr: 0 silent, 1 rejected input and fallbacks, 2 every mapping",
 		"an integer 0..2", NULL, "0",
 		0, 2, parse_integer, format_integer},
+	[KNOB_NUMA] = {"numa", "policy",
+		"NUMA placement of huge blocks, set before their first touch: default (the kernel's policy), local, interleave (every allowed node), interleave:NODES, bind:NODES or preferred:NODE",
+		"default local interleave interleave:NODES bind:NODES preferred:NODE, NODES like 0,2-3 (nodes 0..31)",
+		NULL, "default", 0, 0, parse_numa, format_numa},
 };
 
 struct layer {
@@ -184,8 +193,9 @@ static void choice_word(const char *choices, uint64_t index, char *buf, size_t l
 	snprintf(buf, len, "%.*s", (int)n, p);
 }
 
-static int parse_choice(const struct knob_desc *k, const char *word, uint64_t *out)
+static int parse_choice(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
 {
+	(void)why, (void)wl;
 	int i = choice_index(k->choices, word);
 	if (i < 0)
 		return -1;
@@ -198,8 +208,9 @@ static void format_choice(const struct knob_desc *k, uint64_t v, char *buf, size
 	choice_word(k->choices, v, buf, len);
 }
 
-static int parse_size_knob(const struct knob_desc *k, const char *word, uint64_t *out)
+static int parse_size_knob(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
 {
+	(void)why, (void)wl;
 	uint64_t v;
 	if (hp_parse_size(word, &v) < 0 || v < k->min || v > k->max)
 		return -1;
@@ -213,8 +224,9 @@ static void format_size(const struct knob_desc *k, uint64_t v, char *buf, size_t
 	hp_format_size(v, buf, len);
 }
 
-static int parse_integer(const struct knob_desc *k, const char *word, uint64_t *out)
+static int parse_integer(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
 {
+	(void)why, (void)wl;
 	uint64_t v;
 	/* plain digits only: reuse the size grammar, then refuse suffixes */
 	if (word[strspn(word, "0123456789")] != '\0' || hp_parse_size(word, &v) < 0)
@@ -232,10 +244,10 @@ static void format_integer(const struct knob_desc *k, uint64_t v, char *buf, siz
 }
 
 /* pagesize: "auto" (0) or a size equal to 2M or 1G, stored in bytes. */
-static int parse_pagesize(const struct knob_desc *k, const char *word, uint64_t *out)
+static int parse_pagesize(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
 {
 	uint64_t v;
-	(void)k;
+	(void)k, (void)why, (void)wl;
 	if (strcmp(word, "auto") == 0) {
 		*out = 0;
 		return 0;
@@ -253,6 +265,19 @@ static void format_pagesize(const struct knob_desc *k, uint64_t v, char *buf, si
 		snprintf(buf, len, "auto");
 	else
 		hp_format_size(v, buf, len);
+}
+
+/* numa: a placement policy (lib/numa.c owns the grammar). */
+static int parse_numa(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
+{
+	(void)k;
+	return numa_parse(word, out, why, wl);
+}
+
+static void format_numa(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	(void)k;
+	numa_format(v, buf, len);
 }
 
 /* ---- text in: one word, surrounding whitespace allowed (files end in \n) - */
@@ -294,14 +319,15 @@ static void quote_input(const char *text, char *buf, size_t len)
 static int parse_value(int knob, const char *text, uint64_t *out, char *err, size_t err_len)
 {
 	const struct knob_desc *k = &knobs[knob];
-	char word[HP_KNOB_VALUE_MAX];
+	char word[HP_KNOB_VALUE_MAX], why[128] = "";
 
-	if (text && one_word(text, word, sizeof(word)) == 0 && k->parse(k, word, out) == 0)
+	if (text && one_word(text, word, sizeof(word)) == 0 && k->parse(k, word, out, why, sizeof(why)) == 0)
 		return 0;
 	if (err && err_len) {
 		char shown[64];
 		quote_input(text ? text : "", shown, sizeof(shown));
-		snprintf(err, err_len, "%s: invalid value '%s' (accepted: %s)", k->name, shown, k->accepted);
+		snprintf(err, err_len, "%s: invalid value '%s'%s%s (accepted: %s)", k->name, shown,
+			 why[0] ? ": " : "", why, k->accepted);
 	}
 	errno = EINVAL;
 	return -1;
@@ -313,7 +339,7 @@ static int knob_lookup(const char *name, char *err, size_t err_len)
 	if (i < 0 && err && err_len) {
 		char shown[64];
 		quote_input(name ? name : "", shown, sizeof(shown));
-		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose)",
+		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose numa)",
 			 shown);
 	}
 	return i;
@@ -340,6 +366,7 @@ static void publish_value(int knob, uint64_t v)
 	case KNOB_CACHE_DECAY_MS: atomic_store(&hp_cfg.cache_decay_ms, v); break;
 	case KNOB_URING: atomic_store(&hp_cfg.uring, v == 0); break; /* "on" is index 0 */
 	case KNOB_VERBOSE: atomic_store(&hp_cfg.verbose, (int)v); break;
+	case KNOB_NUMA: atomic_store(&hp_cfg.numa, v); break;
 	}
 }
 
@@ -388,6 +415,15 @@ void knobs_note_reject(int knob, const char *why)
 	pthread_mutex_unlock(&knob_lock);
 	stat_add(HP_STAT_CONFIG_REJECTS, 1);
 	hp_log(1, "%s", why);
+}
+
+int knobs_parse(int knob, const char *text, uint64_t *out, char *err, size_t err_len)
+{
+	if (knob < 0 || knob >= KNOB_COUNT) {
+		errno = EINVAL;
+		return -1;
+	}
+	return parse_value(knob, text, out, err, err_len);
 }
 
 void knobs_fork(int phase)

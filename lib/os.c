@@ -1,5 +1,6 @@
 /* Talking to the kernel about memory: mappings hpalloc owns, THP alignment,
- * hugetlb page sizes (found with libhugetlbfs) and pool levels. */
+ * hugetlb page sizes (found with libhugetlbfs), pool levels (whole and per
+ * NUMA node) and the mbind of a mapping (libnuma's wrapper). */
 #include "internal.h"
 
 #include <errno.h>
@@ -15,6 +16,9 @@
 #ifdef HAVE_LIBHUGETLBFS
 #include <hugetlbfs.h>
 #endif
+#ifdef HAVE_LIBNUMA
+#include <numaif.h>
+#endif
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -24,6 +28,9 @@
 #endif
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
 #endif
 
 /* THP mappings are followed by one PROT_NONE guard page: it keeps the
@@ -114,9 +121,32 @@ long os_pool_available(size_t pagesize)
 	return avail > 0 ? (long)avail : 0;
 }
 
-static bool pool_can_serve(size_t pagesize, size_t size)
+/* Where os_pool_counter() reads: /sys, or a staged copy (tests).  Set
+ * before any allocation, never while other threads read it. */
+static const char *pool_sysfs = "/sys";
+
+void os_pool_sysfs_root(const char *root)
 {
-	long avail = os_pool_available(pagesize);
+	pool_sysfs = root ? root : "/sys";
+}
+
+long long os_pool_counter(int node, size_t pagesize, const char *file)
+{
+	char path[256];
+	if (node < 0)
+		snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-%zukB/%s",
+			 pool_sysfs, pagesize >> 10, file);
+	else
+		snprintf(path, sizeof(path), "%s/devices/system/node/node%d/hugepages/hugepages-%zukB/%s",
+			 pool_sysfs, node, pagesize >> 10, file);
+	return read_counter(path);
+}
+
+/* The policy decides which nodes' pages count (numa.c): for the kernel's
+ * own policy that is the whole pool, as os_pool_available() reads it. */
+static bool pool_can_serve(size_t pagesize, size_t size, hp_numa_t p)
+{
+	long avail = p == HP_NUMA_DEFAULT ? os_pool_available(pagesize) : numa_pool_available(p, pagesize);
 	return avail > 0 && (size_t)avail >= hp_align_up(size, pagesize) / pagesize;
 }
 
@@ -125,7 +155,7 @@ static bool pool_can_serve(size_t pagesize, size_t size)
  * smallest offered size -- so pagesize=1G never spends a 1 GiB page on a
  * 1 MiB array.  With the knob at auto, a larger size also needs a pool
  * that can hold the block right now.  0 if the kernel offers none. */
-size_t os_choose_pagesize(size_t knob, size_t size)
+size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p)
 {
 	pthread_once(&pagesizes_once, find_pagesizes);
 	for (int i = 0; i < npagesizes; i++) {
@@ -135,16 +165,16 @@ size_t os_choose_pagesize(size_t knob, size_t size)
 			continue;
 		if (!smallest && hp_align_up(size, ps) - size > size / 8)
 			continue;
-		if (!knob && !smallest && !pool_can_serve(ps, size))
+		if (!knob && !smallest && !pool_can_serve(ps, size, p))
 			continue;
 		return ps;
 	}
 	return 0;
 }
 
-bool os_pool_ready(size_t pagesize, size_t size)
+bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p)
 {
-	return pagesize && pool_can_serve(pagesize, size);
+	return pagesize && pool_can_serve(pagesize, size, p);
 }
 
 /* ---- mappings ----------------------------------------------------------------- */
@@ -225,10 +255,38 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 	return 0;
 }
 
+static size_t map_span(const struct hp_map *m)
+{
+	return m->len + (m->backend == HP_BACKEND_THP ? GUARD : 0);
+}
+
 int os_unmap(const struct hp_map *m)
 {
-	size_t span = m->len + (m->backend == HP_BACKEND_THP ? GUARD : 0);
-	return munmap(m->addr, span);
+	return munmap(m->addr, map_span(m));
+}
+
+/* The guard takes the policy too: with another policy than the block's it
+ * would stay a VMA of its own when opened, and growing in place (one VMA)
+ * would fail. */
+int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes, unsigned long maxnode)
+{
+#ifdef HAVE_LIBNUMA
+	if (mbind(m->addr, map_span(m), mode, nodes, maxnode, 0) == 0)
+		return 0;
+	hp_log(1, "mbind of %p (%zu bytes, mode %d) failed: %s", m->addr, m->len, mode, strerror(errno));
+#else
+	(void)m, (void)mode, (void)nodes, (void)maxnode;
+	errno = ENOSYS;
+#endif
+	return -1;
+}
+
+int os_populate(const struct hp_map *m)
+{
+	if (madvise(m->addr, m->len, MADV_POPULATE_WRITE) == 0 || errno == EINVAL)
+		return 0; /* EINVAL: a kernel before 5.14 cannot; first touch will */
+	hp_log(1, "faulting in %p (%zu bytes) failed: %s", m->addr, m->len, strerror(errno));
+	return -1;
 }
 
 static int shrink_thp(struct hp_map *m, size_t new_len)

@@ -134,17 +134,18 @@ static void *remember(struct shared *s)
 }
 
 /* hugetlb first (page size from pagesize, else from the knob), then the
- * fallback knob. */
+ * fallback knob.  The numa knob does not place shared blocks (docs/numa.md):
+ * their pages are planned from the whole machine's pools. */
 static int create(size_t size, size_t pagesize, struct shared *s)
 {
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
-	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size);
+	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size, HP_NUMA_DEFAULT);
 
 	/* as for private blocks: a page size asked for, or mode=hugetlb, means
 	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can */
 	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
-			   (mode == MODE_AUTO && os_pool_ready(ps, size)));
+			   (mode == MODE_AUTO && os_pool_ready(ps, size, HP_NUMA_DEFAULT)));
 	if (want) {
 		size_t len = hp_align_up(size, ps);
 		if (len >= size && create_hugetlb(len, ps, s) == 0)

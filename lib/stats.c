@@ -43,6 +43,7 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_URING_ACTIVE] = "uring_active",
 	[HP_STAT_JANITOR_ACTIVE] = "janitor_active",
 	[HP_STAT_SHARED_FALLBACKS] = "shared_fallbacks",
+	[HP_STAT_NUMA_REFUSED] = "numa_refused",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -1,11 +1,12 @@
-/* hpctl status / pool: what the kernel offers (THP, hugetlb pools,
- * hugetlbfs mounts, io_uring) and resizing the hugetlb pools. */
+/* hpctl status / pool: what the kernel offers (THP, hugetlb pools, whole
+ * and per NUMA node, hugetlbfs mounts, io_uring) and resizing the hugetlb
+ * pools (a node's with --node). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "hpctl.h"
-#include "internal.h" /* ring_probe */
+#include "internal.h" /* ring_probe, numa_node_next, os_pool_counter */
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +18,7 @@
 #define HUGEPAGES_DIR "/sys/kernel/mm/hugepages"
 #define THP_DIR "/sys/kernel/mm/transparent_hugepage"
 #define MAX_POOLS 8
+#define MAX_NODES 64 /* shown by status; pool --node takes any that exists */
 
 /* First line of a small file, without the newline; -1 if unreadable. */
 static int read_line(const char *path, char *buf, size_t len)
@@ -124,6 +126,39 @@ static void size_name(unsigned long long kb, char *buf, size_t len)
 		snprintf(buf, len, "%llukB", kb);
 }
 
+/* ---- per NUMA node ------------------------------------------------------------- */
+
+/* Pools of one node: the page sizes of the whole pool, the node's share
+ * (the library reads the same counters for its per-node availability). */
+struct node_pools {
+	int node;
+	struct pool pools[MAX_POOLS];
+};
+
+static void node_pools(int node, const struct pool *sizes, int n, struct node_pools *out)
+{
+	out->node = node;
+	for (int i = 0; i < n; i++) {
+		size_t ps = (size_t)sizes[i].kb << 10;
+		out->pools[i] = (struct pool){
+			.kb = sizes[i].kb,
+			.total = os_pool_counter(node, ps, "nr_hugepages"),
+			.free = os_pool_counter(node, ps, "free_hugepages"),
+			.reserved = -1, /* reservations are not per node */
+			.surplus = os_pool_counter(node, ps, "surplus_hugepages"),
+		};
+	}
+}
+
+/* Every node there is (the library's list, from libnuma), at most max. */
+static int list_nodes(const struct pool *sizes, int n, struct node_pools *nodes, int max)
+{
+	int count = 0;
+	for (int node = numa_node_next(-1); node >= 0 && count < max; node = numa_node_next(node))
+		node_pools(node, sizes, n, &nodes[count++]);
+	return count;
+}
+
 /* ---- io_uring ------------------------------------------------------------- */
 
 struct uring_state {
@@ -173,6 +208,8 @@ struct status {
 	char thp_enabled[256], thp_defrag[256];
 	struct pool pools[MAX_POOLS];
 	int npools;
+	struct node_pools nodes[MAX_NODES];
+	int nnodes;
 	struct mount_list mounts;
 	struct uring_state uring;
 };
@@ -190,6 +227,17 @@ static void status_text(const struct status *s)
 		printf("  %-5s total %lld  free %lld  reserved %lld  surplus %lld\n",
 		       size, s->pools[i].total, s->pools[i].free,
 		       s->pools[i].reserved, s->pools[i].surplus);
+	}
+	printf("numa nodes:%s\n", s->nnodes ? "" : " none known (hpalloc built without libnuma, or no NUMA support)");
+	for (int n = 0; n < s->nnodes; n++) {
+		printf("  node %d:", s->nodes[n].node);
+		for (int i = 0; i < s->npools; i++) {
+			const struct pool *p = &s->nodes[n].pools[i];
+			size_name(p->kb, size, sizeof(size));
+			printf("%s %s total %lld  free %lld  surplus %lld", i ? ";" : "", size,
+			       p->total, p->free, p->surplus);
+		}
+		printf("%s\n", s->npools ? "" : " no hugetlb pools");
 	}
 	printf("hugetlbfs mounts:%s\n", s->mounts.n ? "" : " none");
 	for (int i = 0; i < s->mounts.n; i++)
@@ -230,6 +278,26 @@ static void status_json(const struct status *s)
 		json_end_obj(&j);
 	}
 	json_end_arr(&j);
+	json_arr(&j, "numa_nodes");
+	for (int n = 0; n < s->nnodes; n++) {
+		json_obj(&j, NULL);
+		json_num(&j, "node", s->nodes[n].node);
+		json_arr(&j, "hugetlb_pools");
+		for (int i = 0; i < s->npools; i++) {
+			const struct pool *p = &s->nodes[n].pools[i];
+			size_name(p->kb, size, sizeof(size));
+			json_obj(&j, NULL);
+			json_str(&j, "pagesize", size);
+			json_u64(&j, "pagesize_bytes", p->kb * 1024);
+			json_num(&j, "total", p->total);
+			json_num(&j, "free", p->free);
+			json_num(&j, "surplus", p->surplus);
+			json_end_obj(&j);
+		}
+		json_end_arr(&j);
+		json_end_obj(&j);
+	}
+	json_end_arr(&j);
 	json_arr(&j, "hugetlbfs_mounts");
 	for (int i = 0; i < s->mounts.n; i++) {
 		json_obj(&j, NULL);
@@ -258,6 +326,7 @@ int cmd_status(struct hpctl *c)
 	thp_setting("enabled", s.thp_enabled, sizeof(s.thp_enabled));
 	thp_setting("defrag", s.thp_defrag, sizeof(s.thp_defrag));
 	s.npools = list_pools(s.pools, MAX_POOLS);
+	s.nnodes = list_nodes(s.pools, s.npools, s.nodes, MAX_NODES);
 	list_hugetlbfs(&s.mounts);
 	probe_uring(&s.uring);
 	hp_control_reload();
@@ -359,14 +428,23 @@ static int parse_pool_arg(const char *arg, struct pool_request *r)
 	return 0;
 }
 
-static int write_pool(struct pool_request *r)
+/* The pool's nr_hugepages file: the whole pool's, or node's (node >= 0). */
+static void nr_path(int node, unsigned long long kb, char *path, size_t len)
+{
+	if (node < 0)
+		snprintf(path, len, HUGEPAGES_DIR "/hugepages-%llukB/nr_hugepages", kb);
+	else
+		snprintf(path, len, "/sys/devices/system/node/node%d/hugepages/hugepages-%llukB/nr_hugepages",
+			 node, kb);
+}
+
+static int write_pool(struct pool_request *r, int node)
 {
 	char path[160], val[32];
 	int fd, n;
 	ssize_t w;
 
-	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB/nr_hugepages",
-		 r->kb);
+	nr_path(node, r->kb, path, sizeof(path));
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0) {
 		warnx("pool: %s: %s", path, strerror(errno));
@@ -377,23 +455,27 @@ static int write_pool(struct pool_request *r)
 	if (w != n && errno != ENOMEM) /* short pools still take effect */
 		warnx("pool: writing %s: %s", path, strerror(errno));
 	close(fd);
-	r->got = pool_value(r->kb, "nr_hugepages");
-	r->free = pool_value(r->kb, "free_hugepages");
+	r->got = os_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
+	r->free = os_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
 	return 0;
 }
 
 static void pool_report(struct hpctl *c, struct pool_request *rs, int n)
 {
 	struct json j;
-	char size[32];
+	char size[32], where[32] = "";
 
 	json_begin(&j, stdout);
 	if (c->json)
 		json_arr(&j, NULL);
 	for (int i = 0; i < n; i++) {
 		size_name(rs[i].kb, size, sizeof(size));
+		if (c->node_given)
+			snprintf(where, sizeof(where), "node %d ", c->node);
 		if (c->json) {
 			json_obj(&j, NULL);
+			if (c->node_given)
+				json_num(&j, "node", c->node);
 			json_str(&j, "pagesize", size);
 			json_u64(&j, "requested", rs[i].count);
 			json_num(&j, "total", rs[i].got);
@@ -401,8 +483,8 @@ static void pool_report(struct hpctl *c, struct pool_request *rs, int n)
 			json_bool(&j, "ok", rs[i].got == (long long)rs[i].count);
 			json_end_obj(&j);
 		} else {
-			printf("%s: requested %llu, kernel gave %lld (free %lld)%s\n",
-			       size, rs[i].count, rs[i].got, rs[i].free,
+			printf("%s%s: requested %llu, kernel gave %lld (free %lld)%s\n",
+			       where, size, rs[i].count, rs[i].got, rs[i].free,
 			       rs[i].got == (long long)rs[i].count ? "" :
 			       " -- SHORT: not enough contiguous memory");
 		}
@@ -430,6 +512,14 @@ int cmd_pool(struct hpctl *c)
 				bad++;
 			}
 	}
+	if (c->node_given && !numa_node_exists(c->node)) {
+		char nodes[128] = "";
+		for (int n = numa_node_next(-1); n >= 0; n = numa_node_next(n))
+			snprintf(nodes + strlen(nodes), sizeof(nodes) - strlen(nodes), " %d", n);
+		warnx("pool: NUMA node %d does not exist (nodes:%s)", c->node,
+		      nodes[0] ? nodes : " none known");
+		bad++;
+	}
 	if (bad)
 		return EXIT_USAGE;
 	if (geteuid() != 0) {
@@ -437,7 +527,8 @@ int cmd_pool(struct hpctl *c)
 		return EXIT_RUNTIME;
 	}
 	for (int i = 0; i < c->argc; i++)
-		if (write_pool(&rs[i]) != 0 || rs[i].got != (long long)rs[i].count)
+		if (write_pool(&rs[i], c->node_given ? c->node : -1) != 0 ||
+		    rs[i].got != (long long)rs[i].count)
 			rc = EXIT_RUNTIME;
 	pool_report(c, rs, c->argc);
 	return rc;

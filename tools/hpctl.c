@@ -27,10 +27,12 @@ static const char usage_text[] =
 	"  reset KNOB...|--all       remove control files (overrides with -p)\n"
 	"  show                      every knob: value, source, default, accepted, help,\n"
 	"                            last rejected input\n"
-	"  status                    THP, hugetlb pools, hugetlbfs mounts, io_uring,\n"
-	"                            effective knobs\n"
-	"  pool SIZE=COUNT...        resize hugetlb pools (root) and report what the\n"
-	"                            kernel gave, e.g. pool 2M=512 1G=2\n"
+	"  status                    THP, hugetlb pools (whole and per NUMA node),\n"
+	"                            hugetlbfs mounts, io_uring, effective knobs\n"
+	"  pool [--node N] SIZE=COUNT...\n"
+	"                            resize hugetlb pools (root; of NUMA node N only\n"
+	"                            with --node) and report what the kernel gave,\n"
+	"                            e.g. pool 2M=512 1G=2\n"
 	"  stats [--long] [PID...]   processes using hpalloc, one line each, largest\n"
 	"                            first, and a total (--long: every counter and\n"
 	"                            knob; entries of dead processes are pruned)\n"
@@ -218,6 +220,27 @@ static long parse_count(const char *text)
 	return v;
 }
 
+/* pool --node N / --node=N: a node number (whether it exists is pool's
+ * to say, from the library's list of nodes). */
+static int pool_node_option(struct hpctl *c, int argc, char **argv, int i)
+{
+	const char *text = argv[i][6] == '=' ? argv[i] + 7 : (i + 1 < argc ? argv[i + 1] : NULL);
+	char *end;
+	long v;
+
+	if (!text)
+		die_usage("--node needs a node number");
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v < 0 || v > 65535 || text[0] == '+' || text[0] == ' ')
+		die_usage("invalid node '%s' (a NUMA node number, e.g. --node 0)", text);
+	if (c->node_given)
+		die_usage("--node given more than once");
+	c->node_given = true;
+	c->node = (int)v;
+	return argv[i][6] == '=' ? 1 : 2;
+}
+
 /* Options of one subcommand, after it.  Returns how many argv entries were
  * consumed (0: not one of its options). */
 static int command_option(struct hpctl *c, const struct command *cmd,
@@ -231,6 +254,8 @@ static int command_option(struct hpctl *c, const struct command *cmd,
 		c->long_form = true;
 		return 1;
 	}
+	if (cmd->fn == cmd_pool && (!strcmp(a, "--node") || !strncmp(a, "--node=", 7)))
+		return pool_node_option(c, argc, argv, i);
 	if (cmd->fn != cmd_top || !(delay || count))
 		return 0;
 	if (i + 1 >= argc)

@@ -27,6 +27,8 @@ struct hpctl {
 	char **argv;
 	int cmd_argc;       /* run: the command after "--" (or after knobs) */
 	bool run_check;     /* run --check */
+	bool node_given;    /* pool --node N */
+	int node;
 	char **cmd_argv;
 };
 

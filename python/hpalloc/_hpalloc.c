@@ -44,15 +44,18 @@ static PyDataMem_Handler knob_handler = {
 };
 static PyObject *knob_capsule;
 
-/* One handler per explicit hugetlb page size (2 MiB, 1 GiB, ...).  Same
- * name and version: only the context, which forces the page size, differs. */
-#define PAGESIZE_SLOTS 4
-struct pagesize_handler {
-	size_t pagesize;
+/* One handler per library context other than the knob-following one (a
+ * forced page size, a placement policy, or both).  Same name and version:
+ * only the context differs.  The library interns contexts, so the same
+ * page size and policy always give the same context, hence the same
+ * handler and capsule.  Created under the GIL, never freed. */
+struct ctx_handler {
+	void *ctx;
 	PyDataMem_Handler handler;
 	PyObject *capsule;
+	struct ctx_handler *next;
 };
-static struct pagesize_handler pagesize_handlers[PAGESIZE_SLOTS];
+static struct ctx_handler *ctx_handlers;
 
 static int numpy_ready(void)
 {
@@ -113,42 +116,46 @@ static int size_from_object(PyObject *obj, uint64_t *out)
 	return 0;
 }
 
-static struct pagesize_handler *find_pagesize_handler(size_t pagesize)
+/* The handler (capsule, new reference) allocating through ctx. */
+static PyObject *handler_for_ctx(void *ctx)
 {
-	for (int i = 0; i < PAGESIZE_SLOTS; i++)
-		if (pagesize_handlers[i].capsule != NULL &&
-		    pagesize_handlers[i].pagesize == pagesize)
-			return &pagesize_handlers[i];
-	return NULL;
-}
-
-static struct pagesize_handler *new_pagesize_handler(size_t pagesize)
-{
-	struct pagesize_handler *slot = NULL;
-	for (int i = 0; i < PAGESIZE_SLOTS && slot == NULL; i++)
-		if (pagesize_handlers[i].capsule == NULL)
-			slot = &pagesize_handlers[i];
-	if (slot == NULL) {
-		PyErr_SetString(PyExc_RuntimeError,
-				"too many distinct hugetlb page sizes");
+	struct ctx_handler *h;
+	for (h = ctx_handlers; h != NULL; h = h->next)
+		if (h->ctx == ctx) {
+			Py_INCREF(h->capsule);
+			return h->capsule;
+		}
+	h = PyMem_RawCalloc(1, sizeof(*h));
+	if (h == NULL)
+		return PyErr_NoMemory();
+	h->ctx = ctx;
+	h->handler = knob_handler;
+	h->handler.allocator.ctx = ctx;
+	h->capsule = make_capsule(&h->handler);
+	if (h->capsule == NULL) {
+		PyMem_RawFree(h);
 		return NULL;
 	}
+	h->next = ctx_handlers;
+	ctx_handlers = h;
+	Py_INCREF(h->capsule);
+	return h->capsule;
+}
+
+/* The NumPy origin's context forcing pagesize (0: following the knobs). */
+static void *pagesize_ctx(uint64_t pagesize)
+{
 	errno = 0;
-	void *ctx = pagesize ? hp_ctx(HP_ORIGIN_NUMPY, pagesize) : NULL;
+	void *ctx = hp_ctx(HP_ORIGIN_NUMPY, (size_t)pagesize);
 	if (ctx == NULL) {
 		char text[32];
 		if (hp_format_size(pagesize, text, sizeof text) != 0)
-			snprintf(text, sizeof text, "%zu", pagesize);
+			snprintf(text, sizeof text, "%llu", (unsigned long long)pagesize);
 		PyErr_Format(PyExc_ValueError,
 			     "page size %s is not offered by this kernel (%s)",
 			     text, strerror(errno ? errno : EINVAL));
-		return NULL;
 	}
-	slot->pagesize = pagesize;
-	slot->handler = knob_handler;
-	slot->handler.allocator.ctx = ctx;
-	slot->capsule = make_capsule(&slot->handler);
-	return slot->capsule ? slot : NULL;
+	return ctx;
 }
 
 static PyObject *py_pagesize_handler(PyObject *self, PyObject *arg)
@@ -157,13 +164,45 @@ static PyObject *py_pagesize_handler(PyObject *self, PyObject *arg)
 	uint64_t pagesize;
 	if (size_from_object(arg, &pagesize) != 0)
 		return NULL;
-	struct pagesize_handler *h = find_pagesize_handler(pagesize);
-	if (h == NULL)
-		h = new_pagesize_handler(pagesize);
-	if (h == NULL)
+	if (pagesize == 0) { /* not a page size: hp_ctx() would follow the knobs */
+		PyErr_Format(PyExc_ValueError, "page size 0 is not offered by this kernel (%s)",
+			     strerror(EINVAL));
 		return NULL;
-	Py_INCREF(h->capsule);
-	return h->capsule;
+	}
+	void *ctx = pagesize_ctx(pagesize);
+	return ctx ? handler_for_ctx(ctx) : NULL;
+}
+
+/* numa_handler(policy, pagesize=None): the handler placing its blocks by
+ * policy (a numa knob value), on hugetlb pages of pagesize if given. */
+static PyObject *py_numa_handler(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *policy;
+	PyObject *ps_obj = Py_None;
+	uint64_t pagesize = 0;
+	char err[HP_KNOB_ERROR_MAX] = "";
+	if (!PyArg_ParseTuple(args, "s|O:numa_handler", &policy, &ps_obj))
+		return NULL;
+	if (ps_obj != Py_None && size_from_object(ps_obj, &pagesize) != 0)
+		return NULL;
+	/* the library's message (policy, why, what is accepted) */
+	if (hp_knob_parse("numa", policy, NULL, 0, err, sizeof err) != 0) {
+		PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid numa policy");
+		return NULL;
+	}
+	if (ps_obj != Py_None && pagesize == 0) {
+		PyErr_Format(PyExc_ValueError, "page size 0 is not offered by this kernel (%s)",
+			     strerror(EINVAL));
+		return NULL;
+	}
+	void *base = pagesize_ctx(pagesize);
+	if (base == NULL)
+		return NULL;
+	void *ctx = hp_ctx_numa(base, policy);
+	if (ctx == NULL)
+		return PyErr_SetFromErrno(errno == EINVAL ? PyExc_ValueError : PyExc_OSError);
+	return handler_for_ctx(ctx);
 }
 
 /* NumPy's current handler lives in a ContextVar: this sets it in the
@@ -214,6 +253,41 @@ static int add_kernel_fields(PyObject *dict, const struct hp_kernel_backing *k)
 				    k->thp_eligible ? Py_True : Py_False);
 }
 
+static int add_str(PyObject *dict, const char *key, const char *value);
+
+/* numa_policy (hpalloc's placement of the block, None for other memory),
+ * numa_kernel_policy and numa_node_pages {node: pages} as numa_maps says,
+ * numa_page_size (the size of those pages).  None where numa_maps cannot
+ * be read (a kernel without NUMA). */
+static int add_numa_fields(PyObject *dict, const char *policy, const struct hp_kernel_numa *k)
+{
+	PyObject *pages = NULL;
+	int rc;
+	if (k != NULL) {
+		pages = PyDict_New();
+		for (int n = 0; pages != NULL && n < HP_NUMA_NODES; n++) {
+			PyObject *key, *v;
+			if (k->node_pages[n] == 0)
+				continue;
+			key = PyLong_FromLong(n);
+			v = PyLong_FromUnsignedLongLong(k->node_pages[n]);
+			if (key == NULL || v == NULL || PyDict_SetItem(pages, key, v) != 0)
+				Py_CLEAR(pages);
+			Py_XDECREF(key);
+			Py_XDECREF(v);
+		}
+		if (pages == NULL)
+			return -1;
+	}
+	rc = add_str(dict, "numa_policy", policy && policy[0] ? policy : NULL) ||
+	     add_str(dict, "numa_kernel_policy", k ? k->policy : NULL) ||
+	     PyDict_SetItemString(dict, "numa_node_pages", pages ? pages : Py_None) ||
+	     (k ? add_size(dict, "numa_page_size", k->page_size)
+		: PyDict_SetItemString(dict, "numa_page_size", Py_None));
+	Py_XDECREF(pages);
+	return rc ? -1 : 0;
+}
+
 static int address_from_object(PyObject *obj, void **out)
 {
 	void *p = PyLong_AsVoidPtr(obj);
@@ -234,6 +308,8 @@ static PyObject *py_backing(PyObject *self, PyObject *arg)
 	if (hp_backing(ptr, &b) != 0)
 		return PyErr_SetFromErrno(errno == EINVAL ? PyExc_ValueError
 							  : PyExc_OSError);
+	struct hp_backing_numa bn;
+	int have_numa = hp_backing_numa(ptr, &bn) == 0;
 	PyObject *dict = PyDict_New();
 	if (dict == NULL)
 		return NULL;
@@ -243,7 +319,8 @@ static PyObject *py_backing(PyObject *self, PyObject *arg)
 	    add_size(dict, "usable_size", b.usable_size) ||
 	    add_size(dict, "mapping_size", b.mapping_size) ||
 	    add_size(dict, "requested_page_size", b.requested_page_size) ||
-	    add_kernel_fields(dict, &b.kernel)) {
+	    add_kernel_fields(dict, &b.kernel) ||
+	    add_numa_fields(dict, have_numa ? bn.policy : NULL, have_numa ? &bn.kernel : NULL)) {
 		Py_XDECREF(name);
 		Py_DECREF(dict);
 		return NULL;
@@ -271,10 +348,13 @@ static PyObject *py_kernel_backing(PyObject *self, PyObject *args)
 	if (hp_kernel_backing(addr, (size_t)length, &k) != 0)
 		return PyErr_SetFromErrno(errno == EINVAL ? PyExc_ValueError
 							  : PyExc_OSError);
+	struct hp_kernel_numa kn;
+	int have_numa = hp_kernel_numa(addr, (size_t)length, &kn) == 0;
 	PyObject *dict = PyDict_New();
 	if (dict == NULL)
 		return NULL;
-	if (add_kernel_fields(dict, &k) != 0) {
+	if (add_kernel_fields(dict, &k) != 0 ||
+	    add_numa_fields(dict, NULL, have_numa ? &kn : NULL) != 0) {
 		Py_DECREF(dict);
 		return NULL;
 	}
@@ -560,14 +640,16 @@ static PyMethodDef methods[] = {
 	 "handler() -> capsule of the 'hpalloc' NumPy handler (follows the knobs)"},
 	{"pagesize_handler", py_pagesize_handler, METH_O,
 	 "pagesize_handler(size) -> capsule of an 'hpalloc' handler forcing hugetlb pages of size"},
+	{"numa_handler", py_numa_handler, METH_VARARGS,
+	 "numa_handler(policy, pagesize=None) -> capsule of an 'hpalloc' handler placing its blocks by policy (a numa knob value)"},
 	{"set_handler", py_set_handler, METH_O,
 	 "set_handler(capsule) -> previous; sets NumPy's handler in the current context"},
 	{"get_handler", py_get_handler, METH_NOARGS,
 	 "get_handler() -> NumPy's handler capsule of the current context"},
 	{"backing", py_backing, METH_O,
-	 "backing(address) -> dict: the hpalloc block holding address and what smaps says"},
+	 "backing(address) -> dict: the hpalloc block holding address and what smaps and numa_maps say"},
 	{"kernel_backing", py_kernel_backing, METH_VARARGS,
-	 "kernel_backing(address, length) -> dict: what /proc/self/smaps says for the range"},
+	 "kernel_backing(address, length) -> dict: what /proc/self/smaps and numa_maps say for the range"},
 	{"stats", py_stats, METH_NOARGS, "stats() -> dict of the library's counters"},
 	{"config", py_config, METH_NOARGS,
 	 "config() -> {knob: {value, source, default, help, ...}}"},

@@ -7,7 +7,11 @@ Importing this module changes nothing.  Then:
     with hpalloc.numpy.enabled():   # this context only (thread, asyncio task)
         ...
     a = hpalloc.numpy.zeros((1 << 27,), pagesize="1G")   # on 1 GiB pages
-    hpalloc.numpy.backing(a)        # backend, page size, huge bytes (smaps);
+    b = hpalloc.numpy.zeros((1 << 27,), numa="bind:0")   # on node 0
+    with hpalloc.numpy.enabled(numa="interleave"):       # placed, this context
+        ...
+    hpalloc.numpy.backing(a)        # backend, page size, huge bytes (smaps),
+                                    # placement and pages per node (numa_maps);
                                     # also bytes, tensors, any buffer
 
 The handler is named "hpalloc", version 1.  Its functions are the library's
@@ -120,36 +124,47 @@ def uninstall():
         _hpalloc.set_handler(previous)
 
 
-def _handler(pagesize):
+def _handler(pagesize, numa=None):
+    if numa is not None:
+        if not isinstance(numa, str):
+            raise TypeError("numa must be a policy string like \"bind:0\", not %s"
+                            % type(numa).__name__)
+        return _hpalloc.numa_handler(numa, pagesize)
     if pagesize is None:
         return _hpalloc.handler()
     return _hpalloc.pagesize_handler(pagesize)
 
 
 @contextlib.contextmanager
-def enabled(pagesize=None):
+def enabled(pagesize=None, numa=None):
     """hpalloc for arrays allocated inside the block, in this context only
     (this thread / this asyncio task); the previous handler comes back on
     exit, also on exceptions.  pagesize ("2M", "1G"): force hugetlb pages
-    of that size regardless of the threshold and mode knobs."""
-    previous = _hpalloc.set_handler(_handler(pagesize))
+    of that size regardless of the threshold and mode knobs.  numa (a value
+    of the numa knob: "bind:0", "interleave", "preferred:1", "local",
+    "default"): place the huge blocks made here by that policy whatever the
+    knob says.  An invalid value raises ValueError saying why, before
+    anything changes."""
+    previous = _hpalloc.set_handler(_handler(pagesize, numa))
     try:
         yield
     finally:
         _hpalloc.set_handler(previous)
 
 
-def empty(shape, dtype=float, order="C", *, pagesize="2M"):
-    """np.empty on hugetlb pages of pagesize, whatever the threshold.
-    The pool being short is handled by the `fallback` knob (MemoryError
-    with fallback=fail)."""
-    with enabled(pagesize):
+def empty(shape, dtype=float, order="C", *, pagesize="2M", numa=None):
+    """np.empty on hugetlb pages of pagesize (None: as the knobs say),
+    whatever the threshold, placed by numa (see enabled()).  The pool being
+    short is handled by the `fallback` knob (MemoryError with
+    fallback=fail)."""
+    with enabled(pagesize, numa):
         return _np.empty(shape, dtype=dtype, order=order)
 
 
-def zeros(shape, dtype=float, order="C", *, pagesize="2M"):
-    """np.zeros on hugetlb pages of pagesize, whatever the threshold."""
-    with enabled(pagesize):
+def zeros(shape, dtype=float, order="C", *, pagesize="2M", numa=None):
+    """np.zeros on hugetlb pages of pagesize (None: as the knobs say),
+    whatever the threshold, placed by numa (see enabled())."""
+    with enabled(pagesize, numa):
         return _np.zeros(shape, dtype=dtype, order=order)
 
 
@@ -320,9 +335,14 @@ def backing(obj):
     memoryview, a PyTorch CPU tensor, a Numba array) lives: {"handler",
     "backend", "usable_size", "mapping_size", "requested_page_size",
     "kernel_page_size", "rss_bytes", "anon_huge_bytes", "hugetlb_bytes",
-    "huge_bytes", "thp_eligible"}.
+    "huge_bytes", "thp_eligible", "numa_policy", "numa_kernel_policy",
+    "numa_node_pages", "numa_page_size"}.
 
-    The kernel_* / *_bytes fields are what /proc/self/smaps reports.
+    The kernel_* / *_bytes fields are what /proc/self/smaps reports;
+    numa_kernel_policy ("bind:0", "interleave:0-1", "prefer:0", "local",
+    "default") and numa_node_pages ({node: pages of numa_page_size bytes})
+    what /proc/self/numa_maps reports; numa_policy is the placement hpalloc
+    gave the block (None for memory it did not map).
     "handler" is the NumPy handler of the ndarray owning the memory, None
     when no ndarray owns it.  The block fields describe the hpalloc block
     holding the data: one of an hpalloc NumPy array, or any huge block

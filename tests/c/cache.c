@@ -1,11 +1,18 @@
-/* The reuse cache: hits and misses are counted, it never holds more than
- * cache_max bytes (evictions counted), and blocks idle for cache_decay_ms
- * give their pages back: RSS (smaps of the range, /proc/self/statm, the
- * hugetlb pool) drops without any call into the library. */
+/* The reuse cache: hits and misses are counted, a hit is the same mapping
+ * with its pages still resident, the cache never keeps more
+ * than cache_max bytes mapped (evictions counted, /proc/self/maps agrees),
+ * and blocks idle for cache_decay_ms go back to the kernel -- pages and
+ * mapping, the hugetlb pool refilled -- within a few decay periods and
+ * without any call into the library, while a block reused before its
+ * deadline stays its user's. */
 #include "harness.h"
 
-/* Generous: only guards against "never"; decay itself is ~100s of ms. */
-#define DECAY_WAIT_MS 10000
+/* A decayed block is gone between cache_decay_ms and cache_decay_ms + one
+ * janitor period (250 ms) plus the release itself after its free; three
+ * decay periods of 300 ms leave room for a loaded machine, and a decay
+ * that waited for the next library call or a second period misses it. */
+#define DECAY_MS 300
+#define DECAY_BOUND_MS (3 * DECAY_MS)
 
 static void thp_cache_knobs(const char *cache_max, const char *decay_ms)
 {
@@ -29,19 +36,38 @@ static void test_hit_and_miss(void **state)
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 1);
 	assert_int_equal(harness_stat(HP_STAT_THP_LIVE_BLOCKS), 0);
 	assert_true(harness_stat(HP_STAT_MAPPED_BYTES) >= 16 * MiB);
+	/* cached: still mapped, pages still there */
+	assert_int_equal(harness_mapped(p, 16 * MiB), 16 * MiB);
 
 	uint64_t hits = harness_stat(HP_STAT_CACHE_HITS);
 	void *q = hp_malloc(16 * MiB);
 	assert_non_null(q);
 	assert_int_equal(harness_stat(HP_STAT_CACHE_HITS), hits + 1);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 0);
+	/* the kernel's view of a hit: the same mapping, its pages still
+	 * resident (a cache that dropped them would show Rss 0 here) */
+	struct harness_smaps range;
+	assert_int_equal(harness_smaps_range(q, 16 * MiB, &range), 0);
 	hp_free(q);
+	assert_ptr_equal(q, p);
+	assert_true(range.rss >= 16 * MiB);
 
 	hp_cache_flush();
 	hp_release_drain();
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 0);
 	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), 0);
+	assert_int_equal(harness_mapped(p, 16 * MiB), 0);
+}
+
+/* Bytes of the blocks that the kernel still has mapped. */
+static size_t still_mapped(void *const *blocks, size_t n, size_t size)
+{
+	size_t total = 0;
+
+	for (size_t i = 0; i < n; i++)
+		total += harness_mapped(blocks[i], size);
+	return total;
 }
 
 static void test_bound(void **state)
@@ -64,12 +90,20 @@ static void test_bound(void **state)
 	assert_true(harness_stat(HP_STAT_CACHE_EVICTIONS) - evictions >= 4);
 	hp_release_drain();
 	assert_true(harness_stat(HP_STAT_MAPPED_BYTES) <= 8 * MiB);
+	/* what the kernel still has of them: the cache's share, no more */
+	size_t kept = still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB);
+	print_message("kernel keeps %zu MiB of the freed blocks (cache_max 8M)\n", kept >> 20);
+	assert_true(kept > 0);
+	assert_true(kept <= 8 * MiB);
 
 	/* a block larger than the whole cache is never cached */
 	void *big = hp_malloc(32 * MiB);
 	assert_non_null(big);
 	hp_free(big);
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) <= 8 * MiB);
+	hp_release_drain();
+	assert_int_equal(harness_mapped(big, 32 * MiB), 0);
+	assert_true(still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB) <= 8 * MiB);
 }
 
 static void test_cache_max_zero(void **state)
@@ -78,29 +112,32 @@ static void test_cache_max_zero(void **state)
 	thp_cache_knobs("0", "60000");
 	void *p = hp_malloc(8 * MiB);
 	assert_non_null(p);
+	harness_touch(p, 8 * MiB);
 	hp_free(p);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 	hp_release_drain();
 	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), 0);
+	assert_int_equal(harness_mapped(p, 8 * MiB), 0);
 }
 
-/* Waits (polling) until the range has at most `max_rss` resident bytes and
- * a decay was counted. */
-static bool wait_for_decay(const void *p, size_t len, size_t max_rss, uint64_t decays)
+/* Waits, asking only the kernel (no call into the library, which could do
+ * the release itself), until nothing of [p, p+len) is mapped any more;
+ * returns the milliseconds since `freed_ms`, or fails the test once the
+ * bound is over. */
+static uint64_t wait_unmapped(const void *p, size_t len, uint64_t freed_ms)
 {
-	uint64_t deadline = harness_now_ms() + DECAY_WAIT_MS;
-	struct harness_smaps s;
+	uint64_t now;
 
-	do {
-		harness_sleep_ms(20);
-		assert_int_equal(harness_smaps_range(p, len, &s), 0);
-		if (s.rss <= max_rss && harness_stat(HP_STAT_CACHE_DECAYS) > decays)
-			return true;
-	} while (harness_now_ms() < deadline);
-	print_error("range rss %zu after %d ms, decays %llu -> %llu\n", s.rss,
-		    DECAY_WAIT_MS, (unsigned long long)decays,
-		    (unsigned long long)harness_stat(HP_STAT_CACHE_DECAYS));
-	return false;
+	while ((now = harness_now_ms()) < freed_ms + DECAY_BOUND_MS && harness_mapped(p, len))
+		harness_sleep_ms(5);
+	size_t left = harness_mapped(p, len);
+	if (left)
+		fail_msg("%zu bytes still mapped %llu ms after the free (decay %d ms)", left,
+			 (unsigned long long)(now - freed_ms), DECAY_MS);
+	print_message("decayed and unmapped %llu ms after the free (decay %d ms)\n",
+		      (unsigned long long)(now - freed_ms), DECAY_MS);
+	assert_true(now - freed_ms + 10 >= DECAY_MS); /* not before its time */
+	return now - freed_ms;
 }
 
 static void test_decay_releases_rss(void **state)
@@ -112,23 +149,29 @@ static void test_decay_releases_rss(void **state)
 	unsigned char *p = hp_malloc(size);
 	assert_non_null(p);
 	harness_touch(p, size);
-	struct hp_backing b;
-	assert_int_equal(hp_backing(p, &b), 0);
-	assert_true(b.kernel.rss_bytes >= size);
+	struct harness_smaps range;
+	assert_int_equal(harness_smaps_range(p, size, &range), 0);
+	assert_true(range.rss >= size);
 	size_t rss1 = harness_statm_rss();
 	assert_true(rss1 >= rss0 + size - 4 * MiB);
 
 	uint64_t decays = harness_stat(HP_STAT_CACHE_DECAYS);
 	uint64_t released = harness_stat(HP_STAT_RELEASED_BYTES);
+	uint64_t freed = harness_now_ms();
 	hp_free(p);
 	/* freed into the cache, not released yet: pages still resident */
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) >= size);
-	assert_true(wait_for_decay(p, size, 0, decays));
+	assert_int_equal(harness_smaps_range(p, size, &range), 0);
+	assert_true(range.rss >= size);
+	wait_unmapped(p, size, freed);
 	size_t rss2 = harness_statm_rss();
 	assert_true(rss2 + size - 4 * MiB <= rss1);
+	assert_true(harness_stat(HP_STAT_CACHE_DECAYS) > decays);
 	assert_true(harness_stat(HP_STAT_RELEASED_BYTES) - released >= size);
 }
 
+/* smaps shows hugetlb pages under Private_Hugetlb (Rss stays 0): the pool
+ * count and the mapping say whether they went back. */
 static void test_decay_returns_hugetlb_pages(void **state)
 {
 	(void)state;
@@ -138,36 +181,69 @@ static void test_decay_returns_hugetlb_pages(void **state)
 	harness_knob("threshold", "1M");
 	harness_knob("fallback", "fail");
 	harness_knob("cache_max", "1G");
-	harness_knob("cache_decay_ms", "200");
+	harness_knob("cache_decay_ms", "300");
 
 	void *p = hp_malloc(8 * MiB);
 	assert_non_null(p);
 	harness_touch(p, 8 * MiB);
+	struct harness_smaps range;
+	assert_int_equal(harness_smaps_range(p, 8 * MiB, &range), 0);
+	assert_int_equal(range.hugetlb, 8 * MiB);
 	assert_int_equal(harness_pool_available(2 * MiB), 4);
 	uint64_t decays = harness_stat(HP_STAT_CACHE_DECAYS);
+	uint64_t freed = harness_now_ms();
 	hp_free(p);
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) >= 8 * MiB);
-	assert_true(wait_for_decay(p, 8 * MiB, 0, decays));
-	hp_release_drain();
+	/* cached: the pool pages stay with the block */
+	assert_int_equal(harness_smaps_range(p, 8 * MiB, &range), 0);
+	assert_int_equal(range.hugetlb, 8 * MiB);
+	assert_int_equal(harness_pool_available(2 * MiB), 4);
+	wait_unmapped(p, 8 * MiB, freed);
 	assert_int_equal(harness_pool_available(2 * MiB), 8);
+	assert_true(harness_stat(HP_STAT_CACHE_DECAYS) > decays);
 }
 
-/* A block reused before its deadline is not released under the user. */
+/* A block reused before its deadline is not released under the user.  The
+ * block A is freed together with a larger block B (which no request
+ * reuses), A is taken back at once (a cache hit: the same mapping, its
+ * contents), and then the test waits for the one observable sign that the
+ * janitor has dealt with A's old deadline: B -- freed after A, so due
+ * after it -- decays.  A must be untouched: mapped, resident, contents
+ * kept, and only B's decay counted. */
 static void test_reuse_before_decay(void **state)
 {
 	(void)state;
-	thp_cache_knobs("1G", "200");
-	for (int i = 0; i < 5; i++) {
-		unsigned char *p = hp_malloc(8 * MiB);
-		assert_non_null(p);
-		harness_fill(p, 8 * MiB, (uint64_t)i);
-		harness_sleep_ms(150);
-		assert_filled(p, 8 * MiB, (uint64_t)i);
-		struct hp_backing b;
-		assert_int_equal(hp_backing(p, &b), 0);
-		assert_true(b.kernel.rss_bytes >= 8 * MiB);
-		hp_free(p);
-		harness_sleep_ms(50);
+	thp_cache_knobs("1G", "300");
+	for (int round = 0; round < 3; round++) {
+		unsigned char *a = hp_malloc(8 * MiB);
+		unsigned char *b = hp_malloc(16 * MiB);
+		assert_non_null(a);
+		assert_non_null(b);
+		harness_fill(a, 8 * MiB, (uint64_t)round);
+		harness_touch(b, 16 * MiB);
+		uint64_t hits = harness_stat(HP_STAT_CACHE_HITS);
+		uint64_t decays = harness_stat(HP_STAT_CACHE_DECAYS);
+
+		uint64_t freed = harness_now_ms();
+		hp_free(a);
+		hp_free(b);
+		unsigned char *again = hp_malloc(8 * MiB);
+		uint64_t reused_after = harness_now_ms() - freed;
+		assert_true(reused_after < DECAY_MS); /* premise: before the deadline */
+		assert_int_equal(harness_stat(HP_STAT_CACHE_HITS), hits + 1);
+		assert_ptr_equal(again, a);
+		assert_filled(again, 8 * MiB, (uint64_t)round);
+
+		wait_unmapped(b, 16 * MiB, freed);
+		assert_int_equal(harness_stat(HP_STAT_CACHE_DECAYS), decays + 1);
+		struct harness_smaps range;
+		assert_int_equal(harness_mapped(again, 8 * MiB), 8 * MiB);
+		assert_int_equal(harness_smaps_range(again, 8 * MiB, &range), 0);
+		assert_true(range.rss >= 8 * MiB);
+		assert_filled(again, 8 * MiB, (uint64_t)round);
+		hp_free(again);
+		hp_cache_flush();
+		hp_release_drain();
 	}
 }
 

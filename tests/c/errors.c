@@ -1,5 +1,7 @@
 /* Impossible requests return NULL with errno set (ENOMEM for sizes, EINVAL
- * for bad arguments) in every mode, are counted, and never abort. */
+ * for bad arguments) in every mode, are counted, and never abort; zero-byte
+ * requests and freeing NULL succeed and leave errno and the counters as
+ * they were. */
 #include "harness.h"
 
 #include <errno.h>
@@ -95,24 +97,59 @@ static void test_bad_arguments(void **state)
 	assert_string_equal(hp_source_name(HP_SOURCE_ENV), "env");
 	assert_int_equal(hp_stats_get(NULL), -1);
 	assert_non_null(hp_version());
+
+	/* freeing NULL does nothing: no counter moves, errno is kept */
+	struct hp_stats before, after;
+	assert_int_equal(hp_stats_get(&before), 0);
+	errno = EDOM;
 	hp_free(NULL);
 	hp_free_sized(NULL, 123);
+	hp_ctx_free(NULL, NULL, 0);
+	assert_int_equal(errno, EDOM);
+	assert_int_equal(hp_stats_get(&after), 0);
+	for (int i = 0; i < HP_STAT_COUNT; i++)
+		if (i != HP_STAT_CONFIG_GENERATION && before.v[i] != after.v[i])
+			fail_msg("hp_free(NULL) changed %s: %llu -> %llu", hp_stat_name(i),
+				 (unsigned long long)before.v[i], (unsigned long long)after.v[i]);
 }
 
-/* Zero-byte requests: NULL or a unique pointer that can be freed. */
+/* Zero-byte requests succeed as glibc's do: a distinct, 64-byte aligned
+ * pointer (counted as a live small block until freed), errno untouched. */
 static void test_zero_size(void **state)
 {
 	(void)state;
+	harness_knob("cache_max", "0");
+	uint64_t live = harness_stat(HP_STAT_SMALL_LIVE_BLOCKS);
+	errno = EDOM;
 	void *a = hp_malloc(0);
 	void *b = hp_malloc(0);
-	if (a && b)
-		assert_ptr_not_equal(a, b);
-	hp_free(a);
-	hp_free(b);
 	void *c = hp_calloc(0, 0);
-	hp_free(c);
-	void *d = hp_malloc_pagesize(0, 0, 1);
-	hp_free(d);
+	void *d = hp_calloc(0, 8);
+	assert_int_equal(errno, EDOM);
+	void *const blocks[] = { a, b, c, d };
+	for (size_t i = 0; i < ARRAY_SIZE(blocks); i++) {
+		assert_non_null(blocks[i]);
+		assert_int_equal((uintptr_t)blocks[i] % 64, 0);
+		for (size_t j = 0; j < i; j++)
+			assert_ptr_not_equal(blocks[i], blocks[j]);
+	}
+	assert_int_equal(harness_stat(HP_STAT_SMALL_LIVE_BLOCKS), live + 4);
+	for (size_t i = 0; i < ARRAY_SIZE(blocks); i++)
+		hp_free(blocks[i]);
+	assert_int_equal(harness_stat(HP_STAT_SMALL_LIVE_BLOCKS), live);
+
+	/* a forced page size gives one whole (zeroed) page even for 0 bytes */
+	unsigned char *e = hp_malloc_pagesize(0, 0, 1);
+	assert_non_null(e);
+	assert_true(hp_usable_size(e) >= 4096);
+	assert_zeroed(e, hp_usable_size(e));
+	struct hp_backing be;
+	assert_int_equal(hp_backing(e, &be), 0);
+	assert_true(be.backend == HP_BACKEND_THP || be.backend == HP_BACKEND_HUGETLB);
+	hp_free(e);
+	hp_release_drain();
+	assert_int_equal(harness_mapped(e, 4096), 0);
+	assert_int_equal(errno, EDOM);
 }
 
 /* The allocator keeps working after all those failures. */

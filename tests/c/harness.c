@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +44,8 @@ static volatile sig_atomic_t saved_pool_count;
 static char control_dir[256];
 static pid_t owner_pid;
 static unsigned skipped_cases;
+static const char *current_case = "?";
+static char required_caps[256]; /* " cap cap ... " from HPALLOC_TEST_REQUIRE */
 
 /* Async-signal-safe: only open/write/close. */
 static void restore_pools_raw(void)
@@ -153,11 +156,58 @@ void harness_set_watchdog(unsigned seconds)
 	alarm(seconds);
 }
 
+static bool known_cap(const char *cap, size_t n)
+{
+	const char *all = HARNESS_CAPS;
+
+	for (const char *c = all; *c;) {
+		size_t len = strcspn(c, " ");
+		if (len == n && strncmp(c, cap, n) == 0)
+			return true;
+		c += len + (c[len] == ' ');
+	}
+	return false;
+}
+
+/* HPALLOC_TEST_REQUIRE=cap,cap...: a name the harness does not know is an
+ * error (a typo would otherwise require nothing). */
+static void read_required_caps(void)
+{
+	const char *req = getenv("HPALLOC_TEST_REQUIRE");
+	size_t used = 0;
+
+	required_caps[used++] = ' ';
+	for (const char *c = req ? req : ""; *c;) {
+		size_t n = strcspn(c, ", ");
+		if (n && !known_cap(c, n)) {
+			fprintf(stderr, "harness: HPALLOC_TEST_REQUIRE names '%.*s'; known: %s\n",
+				(int)n, c, HARNESS_CAPS);
+			exit(99);
+		}
+		if (n && used + n + 2 < sizeof(required_caps)) {
+			memcpy(required_caps + used, c, n);
+			used += n;
+			required_caps[used++] = ' ';
+		}
+		c += n + (c[n] != '\0');
+	}
+	required_caps[used] = '\0';
+}
+
+bool harness_required(const char *cap)
+{
+	char want[32];
+
+	snprintf(want, sizeof(want), " %s ", cap);
+	return strstr(required_caps, want) != NULL;
+}
+
 void harness_init(int argc, char **argv)
 {
 	(void)argc;
 	(void)argv;
 	owner_pid = getpid();
+	read_required_caps();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* tests/run-test's scratch directory is removed even when the test
 	 * crashes; by hand, /tmp. */
@@ -180,17 +230,41 @@ void harness_init(int argc, char **argv)
 	harness_set_watchdog(DEFAULT_WATCHDOG_S);
 }
 
+/* One line per skipped case, the format tests/skip-driver counts. */
+static void print_skip(const char *cap, const char *fmt, va_list ap)
+{
+	skipped_cases++;
+	printf("SKIP(%s): %s: ", cap, current_case);
+	vprintf(fmt, ap);
+	printf("\n");
+	fflush(stdout);
+}
+
 void harness_note_skip(const char *fmt, ...)
 {
 	va_list ap;
 
-	skipped_cases++;
-	printf("SKIP: ");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	print_skip("other", fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
+}
+
+void harness_note_skip_cap(const char *cap, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+
+	if (!known_cap(cap, strlen(cap)))
+		fail_msg("harness: unknown capability '%s'", cap);
+	va_start(ap, fmt);
+	if (harness_required(cap)) {
+		vsnprintf(why, sizeof(why), fmt, ap);
+		va_end(ap);
+		fail_msg("required capability %s (HPALLOC_TEST_REQUIRE) is missing: %s",
+			 cap, why);
+	}
+	print_skip(cap, fmt, ap);
+	va_end(ap);
 }
 
 static int group_teardown(void **state)
@@ -218,6 +292,9 @@ int harness_run(const char *group, const struct CMUnitTest *tests, size_t count)
 		printf("%s: every case skipped (reasons above)\n", group);
 		return HARNESS_EXIT_SKIP;
 	}
+	if (skipped_cases)
+		printf("%s: %u of %zu cases skipped (SKIP lines above)\n", group,
+		       skipped_cases, count);
 	return 0;
 }
 
@@ -374,6 +451,7 @@ void harness_trampoline(void **state)
 {
 	const struct harness_case *c = *state;
 
+	current_case = c->name ? c->name : "?";
 	harness_crash_kills_process();
 	c->fn(state);
 }
@@ -490,25 +568,27 @@ int harness_pool_reserve(size_t pagesize, long pages, bool exact,
 	if (!harness_is_root()) {
 		snprintf(why, why_len, "not root: cannot resize the %zu kB hugetlb pool",
 			 pagesize / KiB);
-		return -1;
+		return HARNESS_POOL_LACKING;
 	}
 	pool_file(pagesize, "nr_hugepages", nr_path, sizeof(nr_path));
 	long nr = read_long(nr_path);
 	long avail = harness_pool_available(pagesize);
 	if (nr < 0 || avail < 0) {
 		snprintf(why, why_len, "kernel has no %zu kB hugetlb pool", pagesize / KiB);
-		return -1;
+		return HARNESS_POOL_LACKING;
 	}
+	/* root and the pool exists: from here on, not being able to use it
+	 * is a broken test machine (read-only /sys), not a missing feature */
 	if (save_pool(pagesize, nr_path) != 0) {
 		snprintf(why, why_len, "cannot save %s", nr_path);
-		return -1;
+		return HARNESS_POOL_BROKEN;
 	}
 	if (avail != pages && (avail < pages || exact)) {
 		long target = nr + (pages - avail);
 		if (write_long(nr_path, target < 0 ? 0 : target) != 0) {
-			snprintf(why, why_len, "writing %ld to %s: %s", target,
+			snprintf(why, why_len, "root cannot write %ld to %s: %s", target,
 				 nr_path, strerror(errno));
-			return -1;
+			return HARNESS_POOL_BROKEN;
 		}
 	}
 	avail = harness_pool_available(pagesize);
@@ -516,9 +596,14 @@ int harness_pool_reserve(size_t pagesize, long pages, bool exact,
 		snprintf(why, why_len,
 			 "kernel gave %ld free %zu kB huge pages, %ld needed "
 			 "(memory too fragmented?)", avail, pagesize / KiB, pages);
-		return -1;
+		return HARNESS_POOL_LACKING;
 	}
 	return 0;
+}
+
+const char *harness_pool_cap(size_t pagesize)
+{
+	return pagesize >= GiB ? "hugetlb1g" : "hugetlb";
 }
 
 void harness_pools_restore(void)
@@ -620,6 +705,137 @@ size_t harness_statm_rss(void)
 	return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* Calls fn(start, end, arg) for every /proc/self/maps entry until it
+ * returns non-zero; -1 if the file cannot be read. */
+static int each_mapping(int (*fn)(uintptr_t, uintptr_t, void *), void *arg)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	unsigned long start, end;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx", &start, &end) == 2 && fn(start, end, arg))
+			break;
+	fclose(f);
+	return 0;
+}
+
+struct overlap {
+	uintptr_t lo, hi;
+	size_t bytes;
+};
+
+static int add_overlap(uintptr_t start, uintptr_t end, void *arg)
+{
+	struct overlap *o = arg;
+	uintptr_t a = start > o->lo ? start : o->lo, b = end < o->hi ? end : o->hi;
+
+	if (a < b)
+		o->bytes += b - a;
+	return 0;
+}
+
+size_t harness_mapped(const void *addr, size_t len)
+{
+	struct overlap o = { (uintptr_t)addr, (uintptr_t)addr + len, 0 };
+
+	if (each_mapping(add_overlap, &o) != 0)
+		fail_msg("harness: cannot read /proc/self/maps");
+	return o.bytes;
+}
+
+struct vma_find {
+	uintptr_t addr, start, end;
+	bool found;
+};
+
+static int find_vma(uintptr_t start, uintptr_t end, void *arg)
+{
+	struct vma_find *v = arg;
+
+	if (start <= v->addr && v->addr < end) {
+		v->start = start;
+		v->end = end;
+		v->found = true;
+		return 1;
+	}
+	return 0;
+}
+
+int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end)
+{
+	struct vma_find v = { .addr = (uintptr_t)addr };
+
+	if (each_mapping(find_vma, &v) != 0 || !v.found)
+		return -1;
+	*start = v.start;
+	*end = v.end;
+	return 0;
+}
+
+int harness_huge_vmas(size_t *bytes)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	unsigned long start = 0, end = 0;
+	bool counted = false;
+	int count = 0;
+
+	*bytes = 0;
+	if (!f)
+		fail_msg("harness: cannot read /proc/self/smaps");
+	while (fgets(line, sizeof(line), f)) {
+		size_t v;
+		bool huge = false;
+		if (is_smaps_header(line)) {
+			sscanf(line, "%lx-%lx", &start, &end);
+			counted = false;
+			continue;
+		}
+		if ((v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
+			huge = v > 4 * KiB;
+		else if (strncmp(line, "VmFlags:", 8) == 0)
+			huge = strstr(line, " hg") != NULL;
+		if (huge && !counted) {
+			counted = true;
+			count++;
+			*bytes += end - start;
+		}
+	}
+	fclose(f);
+	return count;
+}
+
+int harness_pfns(const void *addr, size_t len, uint64_t *pfn)
+{
+	size_t pages = len / 4096;
+	off_t off = (off_t)((uintptr_t)addr / 4096 * sizeof(uint64_t));
+
+	if (!harness_is_root())
+		return -1;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fail_msg("harness: root cannot open /proc/self/pagemap: %s", strerror(errno));
+	ssize_t want = (ssize_t)(pages * sizeof(uint64_t));
+	ssize_t got = pread(fd, pfn, (size_t)want, off);
+	close(fd);
+	if (got != want)
+		fail_msg("harness: short read of /proc/self/pagemap");
+	for (size_t i = 0; i < pages; i++) /* bit 63 present, bits 0-54 PFN */
+		pfn[i] = (pfn[i] >> 63) ? pfn[i] & ((1ull << 55) - 1) : 0;
+	return 0;
+}
+
+long harness_minor_faults(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
 const char *harness_thp_mode(void)
 {
 	static const char *const modes[] = { "always", "madvise", "never" };
@@ -653,6 +869,24 @@ bool harness_uring_usable(char *why, size_t why_len)
 	}
 	close((int)fd);
 	return true;
+}
+
+void harness_need_uring(void)
+{
+#ifndef HAVE_LIBURING
+	harness_skip_cap("uring", "built --without-liburing: releases are always synchronous");
+#else
+	char why[256];
+
+	if (!harness_uring_usable(why, sizeof(why)))
+		harness_skip_cap("uring", "%s", why);
+#endif
+}
+
+void harness_need_thp(void)
+{
+	if (strcmp(harness_thp_mode(), "never") == 0)
+		harness_skip_cap("thp", "transparent_hugepage/enabled is [never]: no THP");
 }
 
 /* ---- contents ---------------------------------------------------------------------- */

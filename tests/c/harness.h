@@ -5,8 +5,12 @@
  *           harness_init(argc, argv);
  *           return harness_run("name", tests, ARRAY_SIZE(tests));
  *   }
- * Exit status: 0 pass, 1 fail, 77 when every case was skipped (each skip
- * prints why).  harness_init() gives the process a private, empty control
+ * Exit status: 0 pass, 1 fail, 77 when every case was skipped.  Each skip
+ * prints one line "SKIP(<capability>): <case>: <why>"; tests/skip-driver
+ * counts those lines, so `make check` reports a program where some cases
+ * skipped as PASS plus one SKIP per skipped case.  A skip names what the
+ * machine lacks (harness_skip_cap); when HPALLOC_TEST_REQUIRE lists that
+ * capability (CI: every one), the case fails instead.  harness_init() gives the process a private, empty control
  * directory, drops inherited HPALLOC_* variables, restores hugetlb pools at
  * exit and on SIGINT/SIGTERM/SIGHUP/SIGALRM, and arms a watchdog alarm so a
  * deadlock fails instead of hanging.  HARNESS_FILTER=pattern runs only the
@@ -34,7 +38,28 @@
 void harness_init(int argc, char **argv);
 /* Runs the group; returns the process exit status (0, 1 or 77). */
 int harness_run(const char *group, const struct CMUnitTest *tests, size_t count);
-/* Skip the current case, printing why. */
+/* Capabilities of the machine a case may lack (HPALLOC_TEST_REQUIRE takes
+ * a comma-separated list of them):
+ *   hugetlb  2 MiB hugetlb pages can be reserved (root, pool, memory)
+ *   hugetlb1g  a 1 GiB hugetlb page can be reserved
+ *   uring    io_uring is usable (liburing built in, no sysctl/seccomp ban)
+ *   thp      transparent huge pages are not [never]
+ *   root     the test runs as root (setuid, chown, sysctl, namespaces)
+ *   nonroot  an unprivileged user (nobody) can be switched to
+ * "other" is no capability: a skip for any other reason, never required. */
+#define HARNESS_CAPS "hugetlb hugetlb1g uring thp root nonroot"
+/* Whether HPALLOC_TEST_REQUIRE names cap (read by harness_init). */
+bool harness_required(const char *cap);
+/* Skip the current case because the machine lacks cap, printing why; if
+ * cap is required, fail the case instead. */
+void harness_note_skip_cap(const char *cap, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+#define harness_skip_cap(cap, ...)                                            \
+	do {                                                                  \
+		harness_note_skip_cap((cap), __VA_ARGS__);                    \
+		skip();                                                       \
+	} while (0)
+/* Skip for a reason that is no capability ("other"): never required. */
 void harness_note_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define harness_skip(...)                                                     \
 	do {                                                                  \
@@ -53,12 +78,13 @@ int harness_case_teardown(void **state);
 void harness_crash_kills_process(void);
 struct harness_case {
 	void (*fn)(void **state);
+	const char *name; /* for the SKIP lines */
 };
 void harness_trampoline(void **state);
 #define HTEST(f)                                                              \
 	{ .name = #f, .test_func = harness_trampoline,                        \
 	  .setup_func = harness_case_setup, .teardown_func = harness_case_teardown, \
-	  .initial_state = &(struct harness_case){ f } }
+	  .initial_state = &(struct harness_case){ f, #f } }
 /* Seconds before the watchdog kills the process (default 90). */
 void harness_set_watchdog(unsigned seconds);
 uint64_t harness_now_ms(void);
@@ -93,21 +119,32 @@ uint64_t harness_stat(int stat);
 bool harness_is_root(void);
 /* Make at least `pages` pages of `pagesize` free (free - reserved) in the
  * pool, exactly that many if `exact`.  The previous nr_hugepages is
- * restored at exit.  0 on success; -1 with the reason in why (not root, no
- * such pool, the kernel gave fewer pages). */
+ * restored at exit.  0 on success; HARNESS_POOL_LACKING with the reason in
+ * why when the machine cannot (not root, no such pool, the kernel gave
+ * fewer pages); HARNESS_POOL_BROKEN when root could not even write
+ * nr_hugepages (a read-only /sys): a fault of the test machine, never a
+ * skip. */
+#define HARNESS_POOL_LACKING (-1)
+#define HARNESS_POOL_BROKEN (-2)
 int harness_pool_reserve(size_t pagesize, long pages, bool exact,
 			 char *why, size_t why_len);
 /* free_hugepages - resv_hugepages, or -1. */
 long harness_pool_available(size_t pagesize);
 void harness_pools_restore(void);
-/* Reserve or skip the current case with the reason. */
+/* Reserve, or skip the current case with the reason (capability hugetlb,
+ * hugetlb1g for 1 GiB pages), or fail it when the pool is broken. */
 #define harness_pool_or_skip(pagesize, pages, exact)                          \
 	do {                                                                  \
 		char why_[256];                                               \
-		if (harness_pool_reserve((pagesize), (pages), (exact), why_,  \
-					 sizeof(why_)) != 0)                  \
-			harness_skip("%s", why_);                             \
+		int rc_ = harness_pool_reserve((pagesize), (pages), (exact),  \
+					       why_, sizeof(why_));           \
+		if (rc_ == HARNESS_POOL_BROKEN)                               \
+			fail_msg("%s", why_);                                 \
+		if (rc_ != 0)                                                 \
+			harness_skip_cap(harness_pool_cap(pagesize), "%s", why_); \
 	} while (0)
+/* "hugetlb1g" for 1 GiB pages, else "hugetlb". */
+const char *harness_pool_cap(size_t pagesize);
 
 /* ---- what the kernel says, read independently of lib/smaps.c --------------- */
 struct harness_smaps {
@@ -125,10 +162,30 @@ void harness_check_smaps_reader(const void *addr, size_t len);
 /* Resident bytes of the process (/proc/self/statm); hugetlb pages are not
  * counted there. */
 size_t harness_statm_rss(void);
+/* Bytes of [addr, addr+len) covered by any mapping in /proc/self/maps:
+ * after a release, 0 says the block is really gone (not only its pages). */
+size_t harness_mapped(const void *addr, size_t len);
+/* The mapping (/proc/self/maps entry) holding addr: 0, or -1 if none. */
+int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);
+/* Mappings in the whole process that only hpalloc makes here: THP-advised
+ * ("hg" in VmFlags) or hugetlb (KernelPageSize above 4 kB).  Their count;
+ * their total size in *bytes. */
+int harness_huge_vmas(size_t *bytes);
+/* Physical frame numbers of the 4 KiB pages of [addr, addr+len) from
+ * /proc/self/pagemap into pfn[] (len / 4096 entries; 0 = not present).
+ * -1 unless root: for others the kernel reports every PFN as 0.  (Root
+ * failing to read it fails the test.) */
+int harness_pfns(const void *addr, size_t len, uint64_t *pfn);
+/* Minor page faults of this process so far (getrusage). */
+long harness_minor_faults(void);
 /* "always", "madvise" or "never" from /sys/kernel/mm/transparent_hugepage. */
 const char *harness_thp_mode(void);
 /* io_uring can be set up in this process (sysctl, seccomp); why otherwise. */
 bool harness_uring_usable(char *why, size_t why_len);
+/* Skip (capability uring) unless io_uring is built in and usable; thp:
+ * skip unless THP is enabled ([always] or [madvise]). */
+void harness_need_uring(void);
+void harness_need_thp(void);
 
 /* ---- contents ------------------------------------------------------------------ */
 /* Deterministic pattern from seed; check returns the first bad offset or

@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <string.h>
 
 static void hugetlb_knobs(const char *pagesize)
 {
@@ -47,6 +48,7 @@ static void check_hugetlb_block(size_t size, size_t pagesize)
 	hp_release_drain();
 	assert_int_equal(harness_stat(HP_STAT_HUGETLB_LIVE_BLOCKS), live);
 	assert_int_equal(harness_pool_available(pagesize), before);
+	assert_int_equal(harness_mapped(p, mapped), 0);
 }
 
 static void test_hugetlb_2m_pages(void **state)
@@ -129,7 +131,9 @@ static void test_ctx_pagesize(void **state)
 	assert_int_equal(errno, EINVAL);
 }
 
-/* mode=auto: hugetlb while the pool has free pages, then thp. */
+/* mode=auto: hugetlb while the pool has free pages, then thp -- as smaps
+ * says: the first block on 2 MiB pages (Private_Hugetlb), the second on
+ * a THP-advised mapping with AnonHugePages, no hugetlb page in it. */
 static void test_auto_mode_follows_pool(void **state)
 {
 	(void)state;
@@ -150,8 +154,27 @@ static void test_auto_mode_follows_pool(void **state)
 	assert_int_equal(bb.backend, HP_BACKEND_THP);
 	harness_touch(a, 4 * MiB);
 	harness_touch(b, 4 * MiB);
+
+	struct harness_smaps sa, sb;
+	assert_int_equal(harness_smaps_range(a, 4 * MiB, &sa), 0);
+	assert_int_equal(sa.kernel_page_size, 2 * MiB);
+	assert_int_equal(sa.hugetlb, 4 * MiB);
+	assert_int_equal(harness_pool_available(2 * MiB), 0);
+	assert_int_equal(harness_smaps_range(b, 4 * MiB, &sb), 0);
+	assert_int_equal(sb.kernel_page_size, 4 * KiB);
+	assert_int_equal(sb.hugetlb, 0);
+	assert_true(sb.thp_eligible);
+	bool thp = strcmp(harness_thp_mode(), "never") != 0;
+	if (thp)
+		assert_true(sb.anon_huge >= 2 * MiB);
 	hp_free(a);
 	hp_free(b);
+	hp_release_drain();
+	assert_int_equal(harness_mapped(a, 4 * MiB), 0);
+	assert_int_equal(harness_mapped(b, 4 * MiB), 0);
+	assert_int_equal(harness_pool_available(2 * MiB), 2);
+	if (!thp)
+		harness_skip_cap("thp", "THP is [never]: the fallback's AnonHugePages not checked");
 }
 
 int main(int argc, char **argv)

@@ -296,7 +296,22 @@ static void test_table(void **state)
 	struct hp_knob_info info;
 	assert_int_equal(hp_knob_info(-1, &info), -1);
 	assert_int_equal(hp_knob_info(hp_knob_count(), &info), -1);
-	assert_int_equal(hp_knob_index("mode"), hp_knob_index("mode"));
+	/* index and name are one-to-one over the library's whole table, and
+	 * only an exact name finds a knob */
+	for (int i = 0; i < hp_knob_count(); i++) {
+		assert_int_equal(hp_knob_info(i, &info), 0);
+		assert_int_equal(hp_knob_index(info.name), i);
+	}
+	static const char *const near_misses[] = {
+		"MODE", "Mode", "mode ", " mode", "mod", "cache", "cache_max_", "",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(near_misses); i++) {
+		errno = 0;
+		if (hp_knob_index(near_misses[i]) != -1)
+			fail_msg("hp_knob_index(\"%s\") found a knob", near_misses[i]);
+		assert_int_equal(errno, ENOENT);
+	}
+	assert_int_equal(hp_knob_index(NULL), -1);
 	assert_int_equal(get_info("mode", &info), 0);
 	assert_non_null(info.choices);
 	assert_string_equal(info.choices, "auto hugetlb thp off");

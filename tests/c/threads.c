@@ -2,7 +2,8 @@
  * small and huge paths (with the cache decaying and knobs changing under
  * them), each block carrying a pattern that is checked before every
  * realloc and free: any block handed out twice, released under its owner
- * or mixed up between threads shows up as a content mismatch. */
+ * or mixed up between threads shows up as a content mismatch.  At the end
+ * the process has no huge mapping left (/proc/self/smaps). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -179,8 +180,12 @@ static void test_random_ops(void **state)
 	char why[256];
 
 	/* a small pool so auto mode mixes hugetlb and thp blocks; without
-	 * root the test still runs, on thp and small blocks only */
-	if (harness_pool_reserve(2 * MiB, 16, false, why, sizeof(why)) != 0)
+	 * one the test still runs, on thp and small blocks only -- unless
+	 * hugetlb is required */
+	int pool = harness_pool_reserve(2 * MiB, 16, false, why, sizeof(why));
+	if (pool == HARNESS_POOL_BROKEN || (pool != 0 && harness_required("hugetlb")))
+		fail_msg("%s", why);
+	if (pool != 0)
 		print_message("no hugetlb blocks in this run: %s\n", why);
 	harness_knob("mode", "auto");
 	harness_knob("pagesize", "2M");
@@ -219,6 +224,13 @@ static void test_random_ops(void **state)
 	hp_release_drain();
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), 0);
+	/* and the kernel agrees: every THP-advised or hugetlb mapping of the
+	 * process was a huge block, and none is left */
+	size_t huge_bytes;
+	int huge = harness_huge_vmas(&huge_bytes);
+	if (huge)
+		fail_msg("%d huge mappings (%zu MiB) left after free, flush and drain",
+			 huge, huge_bytes >> 20);
 }
 
 int main(int argc, char **argv)

@@ -21,7 +21,7 @@ reaches() {
 	wait_after=$marked wait_for "$tmp/$1.out" "^$2 $3\$"
 	rc=$?
 	marked=0
-	[ $rc = 0 ] || fail "$4: '$2 $3' did not reach the process within 1.5 s; it printed: $(tail -3 "$tmp/$1.out")"
+	[ $rc = 0 ] || fail "$4: '$2 $3' did not reach the process within 1 s; it printed: $(tail -3 "$tmp/$1.out")"
 	echo "$4: reached the process in $(ms_since "$t0") ms (after hpctl returned)"
 	ok
 }
@@ -51,11 +51,15 @@ reaches w1 threshold=32M control "second same-size in-place edit"
 mark w1
 expect 0 "$HPCTL" reset mode
 reaches w1 mode=auto default "hpctl reset mode"
-# A refused value keeps the last good one.
+# A refused value keeps the last good one: checked once the process has
+# looked at it (it published the rejection), on that same snapshot.
+rejects=$(published_stat "$(published "$pid1")" config_rejects)
 printf 'bogus\n' >"$CTL/threshold"
-sleep 0.6
-grep '^threshold=' "$tmp/w1.out" | tail -1 | grep -q '^threshold=32M control$' && ! grep -q bogus "$tmp/w1.out" ||
-	fail "a rejected value changed the process: $(tail -3 "$tmp/w1.out")"
+wait_rejected "$pid1" threshold "invalid value 'bogus" "$rejects" ||
+	fail "the process did not reject 'bogus' within 1 s: $(published "$pid1")"
+grep -qx 'knob threshold 32M control' <<<"$snapshot" ||
+	fail "a rejected value changed the process: $(grep '^knob threshold' <<<"$snapshot")"
+! grep -q bogus "$tmp/w1.out" || fail "knobwatch saw the rejected value: $(tail -3 "$tmp/w1.out")"
 ok
 printf '32M\n' >"$CTL/threshold"
 
@@ -98,8 +102,16 @@ ok
 mark w3
 expect 0 "$HPCTL" -p "$pid3" set threshold=128M
 reaches w3 threshold=128M process "override beats the environment"
-sleep 0.3
-grep -q '^threshold=64M' "$tmp/w2.out" && fail "the override of $pid1 reached $pid2"
+# $pid2 must not have taken $pid1's override.  Proof that it polled since:
+# a control file every process rejects (a bad verbose), published by it.
+rejects=$(published_stat "$(published "$pid2")" config_rejects)
+printf 'sentinel-%s\n' "$pid2" >"$tmp/sentinel"; mv "$tmp/sentinel" "$CTL/verbose"
+wait_rejected "$pid2" verbose "sentinel-$pid2" "$rejects" ||
+	fail "w2 did not look at the control directory within 1 s: $(published "$pid2")"
+rm -f "$CTL/verbose"
+grep -qx 'knob threshold 32M control' <<<"$snapshot" ||
+	fail "the override of $pid1 reached $pid2: $(grep '^knob threshold' <<<"$snapshot")"
+! grep -q '^threshold=64M' "$tmp/w2.out" || fail "the override of $pid1 reached $pid2"
 grep '^threshold=' "$tmp/w2.out" | tail -1 | grep -q '^threshold=32M control$' || fail "w2: $(cat "$tmp/w2.out")"
 ok
 # hpctl -p PID get reads what the process published.

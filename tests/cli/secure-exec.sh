@@ -7,11 +7,8 @@
 
 bin=$builddir/tests/cli/knobwatch-static
 [ -x "$bin" ] || { echo "knobwatch-static not built at $bin" >&2; exit 99; }
-if [ "$(id -u)" != 0 ]; then
-	echo "SKIP: making a setuid-root program needs root (CI runs the tests as root)" >&2
-	exit 77
-fi
-command -v setpriv >/dev/null || { echo "SKIP: setpriv (util-linux) missing" >&2; exit 77; }
+[ "$(id -u)" = 0 ] || skip_test root "making a setuid-root program needs root (CI runs the tests as root)"
+can_be_nobody || skip_test nonroot "cannot switch to nobody (setpriv missing or no such user)"
 
 # A directory nobody can traverse, on a file system that honours setuid.
 dir=$(mktemp -d /tmp/hpalloc-secure.XXXXXX) || exit 99
@@ -20,8 +17,7 @@ chmod 0755 "$dir"
 cp "$bin" "$dir/kw"
 chmod 0755 "$dir/kw"
 if findmnt -no OPTIONS -T "$dir" | grep -qw nosuid; then
-	echo "SKIP: $dir is on a nosuid file system" >&2
-	exit 77
+	skip_test root "$dir is on a nosuid file system: no setuid program can run there"
 fi
 ctl=$dir/control
 mkdir -m 0755 "$ctl"

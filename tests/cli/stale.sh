@@ -10,8 +10,7 @@
 [ -x "$KNOBWATCH" ] || { echo "knobwatch not built at $KNOBWATCH" >&2; exit 99; }
 if ! unshare --mount --propagation private true 2>/dev/null ||
    ! unshare --pid --fork --mount-proc true 2>/dev/null; then
-	echo "SKIP: cannot create mount and pid namespaces here (needs root / CAP_SYS_ADMIN)" >&2
-	exit 77
+	skip_test root "cannot create mount and pid namespaces here (needs root / CAP_SYS_ADMIN)"
 fi
 
 start_watch w threshold
@@ -80,7 +79,7 @@ if [ -z "${SANITIZER_FLAGS:-}" ]; then
 	[ "$rc" = 0 ] || fail "hpctl --json stats without /proc: exit $rc: $err"
 	entry_intact "hpctl --json stats without /proc"
 else
-	echo "NOTE: sanitizer build: the no-/proc case runs in plain builds only (ASan needs /proc to read its options)" >&2
+	note_skip other "sanitizer build: the no-/proc case runs in plain builds only (ASan needs /proc to read its options)"
 fi
 
 # ---- another pid namespace (its own /proc): pid $pid is nobody there, or

@@ -9,7 +9,7 @@ sysctl=/proc/sys/kernel/io_uring_disabled
 expect 0 "$HPCTL" status
 case $out in
 *"io_uring: available for page release"*) ok ;;
-*"io_uring: unavailable"*) echo "SKIP: io_uring unusable on this machine: $out" >&2; exit 77 ;;
+*"io_uring: unavailable"*) skip_test uring "io_uring unusable on this machine: $out" ;;
 *) fail "status names no io_uring state: $out" ;;
 esac
 expect 0 "$HPCTL" --json status
@@ -17,7 +17,9 @@ printf '%s' "$out" | python3 -c 'import json,sys; assert json.load(sys.stdin)["i
 	fail "--json status disagrees: $out"
 ok
 
-[ -w "$sysctl" ] || { echo "SKIP: cannot write $sysctl (needs root)" >&2; exit 77; }
+[ -e "$sysctl" ] || skip_test other "this kernel has no $sysctl"
+[ "$(id -u)" = 0 ] || skip_test root "writing $sysctl needs root"
+[ -w "$sysctl" ] || fail "root cannot write $sysctl"
 before=$(cat "$sysctl")
 restore() { echo "$before" > "$sysctl"; }
 trap 'restore; cleanup' EXIT

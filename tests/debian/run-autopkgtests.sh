@@ -23,29 +23,57 @@ control=$src/debian/tests/control
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-# One line per test: NAME<TAB>DEPENDS<TAB>RESTRICTIONS (comma/space lists).
+# One line per test: NAME US DEPENDS US RESTRICTIONS (comma/space lists;
+# US = \037, not a tab: read would merge the tabs around an empty field).
 # deb822: paragraphs split by blank lines, continuation lines start with
-# blanks, # lines are comments.
+# blanks, # lines are comments.  Anything this runner cannot honour -- a
+# line that is no field, a continuation before any field, a field it does
+# not know, a paragraph without Tests, Test-Command -- fails the parse: a
+# partly understood file must not run a subset of its tests and pass.
 parse_control() {
 	awk '
+	function bad(why) {
+		printf "%s:%d: %s\n", FILENAME, FNR, why > "/dev/stderr"
+		failed = 1
+		exit 1
+	}
 	function flush() {
-		if (fields["test-command"] != "") {
-			print "Test-Command is not supported here" > "/dev/stderr"; exit 1
-		}
-		n = split(fields["tests"], names, /[ ,]+/)
+		if (!in_para)
+			return
+		if ("test-command" in fields)
+			bad("Test-Command is not supported by this runner")
+		if (fields["tests"] ~ /^[ \t,]*$/)
+			bad("a paragraph without Tests")
+		n = split(fields["tests"], names, /[ \t,]+/)
 		for (i = 1; i <= n; i++)
 			if (names[i] != "")
-				printf "%s\t%s\t%s\n", names[i], fields["depends"], fields["restrictions"]
+				printf "%s\037%s\037%s\n", names[i], fields["depends"], fields["restrictions"]
 		delete fields
+		in_para = 0
+	}
+	BEGIN {
+		split("tests depends restrictions features classes architecture", k, " ")
+		for (i in k)
+			known[k[i]] = 1
 	}
 	/^#/ { next }
 	/^[ \t]*$/ { flush(); key = ""; next }
-	/^[ \t]/ { fields[key] = fields[key] " " $0; next }
-	{
-		key = tolower(substr($0, 1, index($0, ":") - 1))
-		fields[key] = substr($0, index($0, ":") + 1)
+	/^[ \t]/ {
+		if (key == "")
+			bad("continuation line outside a field")
+		fields[key] = fields[key] " " $0
+		next
 	}
-	END { flush() }' "$control"
+	{
+		if (index($0, ":") < 2)
+			bad("not a field: " $0)
+		key = tolower(substr($0, 1, index($0, ":") - 1))
+		if (!(key in known) && key != "test-command")
+			bad("field " key " is not supported by this runner")
+		fields[key] = substr($0, index($0, ":") + 1)
+		in_para = 1
+	}
+	END { if (!failed) flush() }' "$control"
 }
 
 is_installed() {
@@ -76,8 +104,15 @@ missing_depends() {
 	done
 }
 
+# Parsed whole before anything runs (not through a pipe or a process
+# substitution, whose failure would go unnoticed).
+if ! tests=$(parse_control) || [ -z "$tests" ]; then
+	echo "cannot use $control: nothing run" >&2
+	exit 1
+fi
+
 passed=0 failed=0 skipped=0
-while IFS=$'\t' read -r name depends restrictions; do
+while IFS=$'\037' read -r name depends restrictions; do
 	echo "=== $name"
 	allow_stderr=no skippable=no
 	for r in ${restrictions//,/ }; do
@@ -119,7 +154,7 @@ while IFS=$'\t' read -r name depends restrictions; do
 		echo "PASS $name"
 		passed=$((passed + 1))
 	fi
-done < <(parse_control)
+done <<<"$tests"
 
 echo "autopkgtest: $passed passed, $failed failed, $skipped skipped"
 [ $((passed + failed + skipped)) -gt 0 ] || { echo "no tests found in $control" >&2; exit 1; }

@@ -10,6 +10,7 @@ import pytest
 import hpalloc
 import hpalloc.numpy as hpnp
 from conftest import GiB, MiB, data_address, pool_dir, pool_read, smaps_entry
+from hp_pytest_automake import skip as skip_lacking
 
 
 def check_hugetlb(arr, pagesize):
@@ -87,7 +88,7 @@ def more_than_the_pool_has(pagesize):
 
 def test_memory_error_not_a_crash_when_pool_is_short_and_fallback_fails(knobs):
     if not os.path.isdir(pool_dir(GiB)):
-        pytest.skip("kernel offers no 1 GiB pages")
+        skip_lacking("hugetlb1g", "kernel offers no 1 GiB pages")
     knobs(fallback="fail")
     failures = hpalloc.stats()["failures"]
     with pytest.raises(MemoryError):

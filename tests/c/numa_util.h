@@ -1,0 +1,54 @@
+/* Helpers of the NUMA tests (tests/c/numa*.c): what the kernel says about
+ * placement, read here independently of lib/numa_maps.c; the nodes of this
+ * machine from sysfs (not libnuma, which the library uses); per-node pools;
+ * seccomp filters that make mbind or the fault-in fail. */
+#ifndef HP_TESTS_NUMA_UTIL_H
+#define HP_TESTS_NUMA_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NU_MAX_NODES 64
+
+/* One mapping's line of /proc/self/numa_maps. */
+struct nu_entry {
+	bool found;
+	char policy[64];      /* second word: "bind:0", "prefer:0", "default" */
+	bool huge;            /* the "huge" word (hugetlb) */
+	long pages[NU_MAX_NODES]; /* N<n>= */
+	long total;           /* sum of N<n>= */
+	long page_kb;         /* kernelpagesize_kB, 0 if absent */
+};
+/* The entry of the mapping that starts at addr. */
+int nu_entry_at(const void *addr, struct nu_entry *out);
+
+/* The library takes no policy but default (built --without-libnuma, a
+ * kernel without NUMA): says why on stderr. */
+bool numa_unavailable(void);
+
+/* Nodes with memory (/sys/devices/system/node/has_memory). */
+int nu_nodes(int *nodes, int max);
+
+/* resv_hugepages of the whole pool of pagesize (reservations are not per
+ * node), -1 if none. */
+long nu_pool_reserved(size_t pagesize);
+/* Node's pool counter of pagesize (nr_hugepages, free_hugepages ...), -1 if none. */
+long nu_node_pool(int node, size_t pagesize, const char *file);
+/* Set node's pool to pages (saved first; restored at exit and by
+ * nu_node_pools_restore()).  0, or -1 with why. */
+int nu_node_pool_set(int node, size_t pagesize, long pages, char *why, size_t len);
+void nu_node_pools_restore(void);
+
+/* Install a seccomp filter (this thread and its children; call in a child
+ * process) returning -err for mbind, or for madvise(MADV_POPULATE_WRITE),
+ * or killing the process on mbind or set_mempolicy (err < 0). */
+int nu_seccomp_mbind(int err);
+int nu_seccomp_populate(int err);
+
+/* Mappings in /proc/self/maps; those of exactly len bytes, readable and
+ * writable. */
+int nu_mapping_count(void);
+int nu_mapping_of_size(size_t len);
+
+#endif
