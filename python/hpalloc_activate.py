@@ -11,10 +11,13 @@ Importing it runs main() once per process (a second import is a no-op).
 It imports `hpalloc` only inside main(), so a package this interpreter
 cannot load is reported like any other failure, never as a traceback.
 
-Activation is lazy: each adapter is installed when the program imports the
-module it serves -- at once if that is already imported, else from an
+Activation is lazy: each adapter (NumPy's handler, Numba's runtime,
+PyTorch's CPU allocator; see ADAPTERS) is installed when the program
+imports the module it serves -- at once if that is already imported, else from an
 import hook -- so start-up costs no NumPy import and a program imports
-NumPy whenever it likes, from whichever thread.  Whatever does not take
+NumPy whenever it likes, from whichever thread.  HPALLOC_ADAPTERS
+chooses which (default numpy,numba,torch; CPython's raw domain, "python",
+is opt-in and installed at start-up).  Whatever does not take
 is said on stderr in one line (and the program runs on); with the
 `verbose` knob >= 1 what took is said too.  `hpctl run --check` passes
 HPALLOC_REPORT, a file each process appends "<pid> <adapter> ok|failed
@@ -32,10 +35,22 @@ import sys
 _ON = ("1", "yes", "on", "true")
 _OFF = ("", "0", "no", "off", "false")
 
-# (adapter, module whose import triggers it, installer "module:function")
+# (adapter, module whose import triggers it -- None: at start-up --,
+# installer "module:function").  In this order: the raw domain, when chosen,
+# goes first, so everything allocated after start-up can land on it.
 ADAPTERS = [
+    ("python", None, "hpalloc.python:install"),
     ("numpy", "numpy", "hpalloc.numpy:install"),
+    ("numba", "numba", "hpalloc.numba:install"),
+    ("torch", "torch", "hpalloc.torch:install"),
 ]
+
+# HPALLOC_ADAPTERS chooses among them (comma-separated names, or "all").
+# The raw domain is opt-in: its wrapper stays for the life of the process,
+# it covers every bytes/bytearray/list of the program, not only array
+# libraries' buffers, and it refuses to go under a running tracemalloc
+# (PYTHONTRACEMALLOC) -- a change to the whole interpreter a user asks for.
+DEFAULT_ADAPTERS = ("numpy", "numba", "torch")
 
 
 
@@ -197,10 +212,32 @@ def _findable(module):
     return importlib.machinery.PathFinder.find_spec(module, search) is not None
 
 
+def chosen():
+    """The adapters HPALLOC_ADAPTERS names (DEFAULT_ADAPTERS when unset).
+    A bad value is said on stderr and ignored as a whole (the defaults)."""
+    value = os.environ.get("HPALLOC_ADAPTERS")
+    if value is None:
+        return DEFAULT_ADAPTERS
+    names = [n.strip().lower() for n in value.split(",") if n.strip()]
+    known = [a for a, _, _ in ADAPTERS]
+    if names == ["all"]:
+        return tuple(known)
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        sys.stderr.write("hpalloc: ignoring HPALLOC_ADAPTERS=%r (expected a "
+                         "comma-separated list of %s, or all); using %s\n"
+                         % (value, " ".join(known), ",".join(DEFAULT_ADAPTERS)))
+        return DEFAULT_ADAPTERS
+    return tuple(names)
+
+
 def activate():
     trigger = _Trigger()
+    wanted = chosen()
     for adapter, module, installer in ADAPTERS:
-        if module in sys.modules:
+        if adapter not in wanted:
+            continue
+        if module is None or module in sys.modules:
             _install(adapter, installer)
         elif adapter == "numpy" and not _findable(module):
             _report(adapter, False, "NumPy is not installed for this "

@@ -11,7 +11,8 @@ Importing this module changes nothing.  Then:
     with hpalloc.numpy.enabled(numa="interleave"):       # placed, this context
         ...
     hpalloc.numpy.backing(a)        # backend, page size, huge bytes (smaps),
-                                    # placement and pages per node (numa_maps)
+                                    # placement and pages per node (numa_maps);
+                                    # also bytes, tensors, any buffer
 
 The handler is named "hpalloc", version 1.  Its functions are the library's
 NEP 49 entry points; the handler objects are immortal, so arrays made under
@@ -183,6 +184,37 @@ def _address(arr):
     return arr.__array_interface__["data"][0]
 
 
+def _as_ndarray(obj):
+    """An ndarray viewing obj's memory, never a copy: ndarrays (Numba's
+    included) as they are, then the array interface, the buffer protocol
+    (bytes, bytearray, memoryview, mmap, array.array), DLPack (a PyTorch
+    CPU tensor).  TypeError when obj exposes its memory none of these ways
+    (torch.Tensor.numpy() and DLPack refuse tensors that require grad:
+    pass tensor.detach())."""
+    if isinstance(obj, _np.ndarray):
+        return obj
+    if hasattr(obj, "__array_interface__"):
+        return _np.asarray(obj)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        pass
+    else:
+        return _np.asarray(view)
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return _np.from_dlpack(obj)
+        except (RuntimeError, BufferError, TypeError) as exc:
+            raise TypeError("backing(): %s refuses DLPack export (%s)"
+                            % (type(obj).__name__, exc)) from exc
+    raise TypeError("backing(): %s exposes no memory (no array interface, "
+                    "buffer protocol or DLPack)" % type(obj).__name__)
+
+
+_NOT_HPALLOC = {"backend": None, "usable_size": None, "mapping_size": None,
+                "requested_page_size": None}
+
+
 # ---- shared arrays: one block of huge pages, several processes ------------------
 #
 # The array's memory is an hpalloc shared block (a memfd: hugetlb pages when
@@ -298,21 +330,26 @@ def _register_reducers():
     _reducers_registered = True
 
 
-def backing(arr):
-    """Where arr's data lives: {"handler", "backend", "usable_size",
-    "mapping_size", "requested_page_size", "kernel_page_size", "rss_bytes",
-    "anon_huge_bytes", "hugetlb_bytes", "huge_bytes", "thp_eligible",
-    "numa_policy", "numa_kernel_policy", "numa_node_pages",
-    "numa_page_size"}.
+def backing(obj):
+    """Where the data of obj (an ndarray, or any buffer: bytes, bytearray,
+    memoryview, a PyTorch CPU tensor, a Numba array) lives: {"handler",
+    "backend", "usable_size", "mapping_size", "requested_page_size",
+    "kernel_page_size", "rss_bytes", "anon_huge_bytes", "hugetlb_bytes",
+    "huge_bytes", "thp_eligible", "numa_policy", "numa_kernel_policy",
+    "numa_node_pages", "numa_page_size"}.
 
     The kernel_* / *_bytes fields are what /proc/self/smaps reports;
     numa_kernel_policy ("bind:0", "interleave:0-1", "prefer:0", "local",
     "default") and numa_node_pages ({node: pages of numa_page_size bytes})
     what /proc/self/numa_maps reports; numa_policy is the placement hpalloc
-    gave the block (None for memory it did not map).  For
-    memory hpalloc did not allocate, "backend" and the block fields are None
-    and the kernel fields cover arr's own bytes."""
-    arr = _np.asarray(arr)
+    gave the block (None for memory it did not map).
+    "handler" is the NumPy handler of the ndarray owning the memory, None
+    when no ndarray owns it.  The block fields describe the hpalloc block
+    holding the data: one of an hpalloc NumPy array, or any huge block
+    (the raw domain's, PyTorch's, Numba's); for other memory they are None
+    and the kernel fields cover obj's own bytes.  For an array on a shared
+    block, "shared" describes that block too."""
+    arr = _as_ndarray(obj)
     block = _shared_block(arr)
     if block is not None:
         info = _hpalloc.backing(_address(arr))  # the library knows shared blocks
@@ -326,9 +363,13 @@ def backing(arr):
         # look up for every backend (views may point inside the block).
         info = _hpalloc.backing(_address(owner))
     else:
-        info = {"backend": None, "usable_size": None, "mapping_size": None,
-                "requested_page_size": None}
-        info.update(_hpalloc.kernel_backing(_address(arr),
-                                            max(arr.nbytes, 1)))
+        # Memory no hpalloc array owns may still sit in a huge block of
+        # hpalloc's (a bytes object from the raw domain, a tensor, an NRT
+        # array): the library finds the block containing the address.
+        info = _hpalloc.backing(_address(arr)) if arr.nbytes else {"backend": "small"}
+        if info["backend"] == "small":  # not in a huge block of hpalloc's
+            info = dict(_NOT_HPALLOC)
+            info.update(_hpalloc.kernel_backing(_address(arr),
+                                                max(arr.nbytes, 1)))
     info["handler"] = handler
     return info

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """make check-numpy: NumPy's own test suite without and with hpalloc.
 
-Runs `python -m pytest --pyargs numpy -m "not slow"` twice: once with
-NumPy's default handler and once with HPALLOC_NUMPY=1, i.e. hpalloc
-installed process-wide by the .pth at interpreter start, as users get it.
-Both runs see the same package layout (a user site directory holding the
-build tree's package and .pth); only the variable differs.
+Runs `python -m pytest --pyargs numpy -m "not slow"` three times: with
+NumPy's default handler; with HPALLOC_NUMPY=1, i.e. hpalloc installed
+process-wide by the .pth at interpreter start, as users get it; and with
+CPython's raw memory domain on hpalloc as well (hpalloc.python, installed
+at start-up by a test .pth: bytes, pickles, list storage on huge pages).
+All runs see the same package layout (a user site directory holding the
+build tree's package and .pth); only the variables differ.
 
-Writes <out-dir>/{default,hpalloc}.txt ("nodeid outcome" per test) and
-their logs, then fails if any test's outcome differs unless the test is
+Writes <out-dir>/{default,hpalloc,hpalloc-raw}.txt ("nodeid outcome" per
+test) and their logs, then fails if any test's outcome differs from the
+default run's unless the test is
 listed in docs/numpy-testsuite.md (a line "- `nodeid` — reason"; fnmatch
 patterns allowed) — each listed test must assert NumPy's own default-handler
 semantics, anything else is a bug in hpalloc.
@@ -26,6 +29,11 @@ import tempfile
 import time
 
 RESULTS_ENV = "HPALLOC_TEST_NUMPY_SUITE_RESULTS"
+RAW_ENV = "HPALLOC_TEST_RAW_DOMAIN"
+# Until start-up activation covers the raw domain, this .pth (in the runs'
+# user site only) installs hpalloc.python when RAW_ENV is set.
+RAW_PTH = ('import os; os.environ.get("%s") and '
+           '__import__("hpalloc.python", fromlist=["install"]).install()\n' % RAW_ENV)
 
 # ---- the plugin, loaded into the NumPy test run ------------------------------
 
@@ -67,8 +75,10 @@ def pytest_sessionfinish(session):
         from numpy.core.multiarray import get_handler_name
     except ImportError:
         from numpy._core.multiarray import get_handler_name
+    raw = sys.modules.get("hpalloc.python")
     with open(path, "w") as f:
         f.write("# handler %s\n" % get_handler_name())
+        f.write("# raw %s\n" % bool(raw and raw.installed()))
         for nodeid in sorted(_outcomes):
             f.write("%s %s\n" % (nodeid, _outcomes[nodeid]))
 
@@ -79,6 +89,7 @@ def user_site_env(base, inplace):
     """Environment whose user site holds the package and its .pth."""
     env = dict(os.environ, PYTHONUSERBASE=base, PYTHONDONTWRITEBYTECODE="1")
     env.pop("HPALLOC_NUMPY", None)
+    env.pop(RAW_ENV, None)
     env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
     site_dir = subprocess.run(
         [sys.executable, "-c", "import site; print(site.getusersitepackages())"],
@@ -86,6 +97,8 @@ def user_site_env(base, inplace):
     os.makedirs(site_dir, exist_ok=True)
     for name in ("hpalloc", "hpalloc-numpy.pth"):
         os.symlink(os.path.join(inplace, name), os.path.join(site_dir, name))
+    with open(os.path.join(site_dir, "hpalloc-test-raw.pth"), "w") as f:
+        f.write(RAW_PTH)
     return env
 
 
@@ -111,15 +124,18 @@ def run_suite(label, env, out_dir, work_dir, pytest_args):
 
 
 def read_results(path):
-    handler, outcomes = None, {}
+    """(handler, raw domain installed, {nodeid: outcome})"""
+    handler, raw, outcomes = None, False, {}
     with open(path) as f:
         for line in f:
             if line.startswith("# handler "):
                 handler = line.split()[2]
+            elif line.startswith("# raw "):
+                raw = line.split()[2] == "True"
             elif line.strip():
                 nodeid, outcome = line.rstrip("\n").rsplit(" ", 1)
                 outcomes[nodeid] = outcome
-    return handler, outcomes
+    return handler, raw, outcomes
 
 
 def read_allowed(path):
@@ -147,43 +163,49 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     allowed = read_allowed(args.allowed)
 
+    # label -> (extra environment, handler and raw domain expected at the end)
+    variants = [("default", {}, ("default_allocator", False)),
+                ("hpalloc", {"HPALLOC_NUMPY": "1"}, ("hpalloc", False)),
+                ("hpalloc-raw", {"HPALLOC_NUMPY": "1", RAW_ENV: "1"}, ("hpalloc", True))]
+    results = {}
     with tempfile.TemporaryDirectory(prefix="hpalloc-check-numpy.") as tmp:
         env = user_site_env(os.path.join(tmp, "userbase"), args.inplace)
         work = os.path.join(tmp, "work")
         os.mkdir(work)
-        default_handler, default = run_suite("default", env, args.out_dir, work,
-                                             args.pytest_args)
-        hp_env = dict(env, HPALLOC_NUMPY="1")
-        hp_handler, hp = run_suite("hpalloc", hp_env, args.out_dir, work,
-                                   args.pytest_args)
+        for label, extra, expected in variants:
+            handler, raw, outcomes = run_suite(label, dict(env, **extra), args.out_dir,
+                                               work, args.pytest_args)
+            if (handler, raw) != expected:
+                sys.exit("check-numpy: the %s run ended with handler %s, raw domain %s; "
+                         "expected %s, %s" % ((label, handler, raw) + expected))
+            results[label] = outcomes
 
-    if default_handler != "default_allocator" or hp_handler != "hpalloc":
-        sys.exit("check-numpy: handlers at the end of the runs were %s and %s, "
-                 "expected default_allocator and hpalloc" % (default_handler, hp_handler))
-
-    differ = sorted(n for n in set(default) | set(hp) if default.get(n) != hp.get(n))
-    unexplained, explained = [], []
-    for nodeid in differ:
-        line = "%s: %s -> %s" % (nodeid, default.get(nodeid, "absent"), hp.get(nodeid, "absent"))
-        patterns = [p for p in allowed if fnmatch.fnmatchcase(nodeid, p)]
-        (explained if patterns else unexplained).append(line)
-    unused = [p for p in allowed if not any(fnmatch.fnmatchcase(n, p) for n in differ)]
+    default = results["default"]
+    unexplained, explained, unused = [], [], set(allowed)
+    for label in ("hpalloc", "hpalloc-raw"):
+        hp = results[label]
+        for nodeid in sorted(n for n in set(default) | set(hp) if default.get(n) != hp.get(n)):
+            line = "%s: %s: %s -> %s" % (label, nodeid, default.get(nodeid, "absent"),
+                                         hp.get(nodeid, "absent"))
+            patterns = [p for p in allowed if fnmatch.fnmatchcase(nodeid, p)]
+            unused.difference_update(patterns)
+            (explained if patterns else unexplained).append(line)
 
     count = lambda res, what: sum(1 for o in res.values() if o == what)  # noqa: E731
-    for label, res in (("default", default), ("hpalloc", hp)):
-        print("check-numpy: %-8s %d passed, %d failed, %d errors, %d thread exceptions, "
+    for label, res in results.items():
+        print("check-numpy: %-11s %d passed, %d failed, %d errors, %d thread exceptions, "
               "%d skipped, %d xfailed" % (
                   label, count(res, "passed"), count(res, "failed"), count(res, "error"),
                   count(res, "thread-exception"), count(res, "skipped"),
                   count(res, "xfailed")))
     for line in explained:
         print("check-numpy: differs, explained in the docs: " + line)
-    for pattern in unused:
+    for pattern in sorted(unused):
         print("check-numpy: note: listed but did not differ this time: " + pattern)
     for line in unexplained:
         print("check-numpy: DIFFERS, not explained: " + line)
-    print("check-numpy: %d tests differ, %d explained, %d unexplained" % (
-        len(differ), len(explained), len(unexplained)))
+    print("check-numpy: %d differences, %d explained, %d unexplained" % (
+        len(explained) + len(unexplained), len(explained), len(unexplained)))
     return 1 if unexplained else 0
 
 

@@ -1,0 +1,160 @@
+/* hpalloc._torch — PyTorch's CPU allocator (c10) on hpalloc.
+ *
+ * CPU tensors get their storage from c10::GetCPUAllocator(); install()
+ * replaces it with an allocator whose blocks come from hp_ctx_malloc()
+ * with the torch origin's context (64-byte aligned below the threshold,
+ * like c10's own; huge pages above it) and whose deleter is hp_free().
+ * A tensor's DataPtr carries its deleter, so storage made here is freed by
+ * hpalloc whatever happens to the allocator slot later (uninstall(), a
+ * third allocator) and in whichever thread drops the last reference;
+ * storage made before install() keeps c10's deleter.
+ *
+ * Allocations are reported to c10's ProfiledCPUMemoryReporter as c10's
+ * DefaultCPUAllocator does, so torch.profiler(profile_memory=True) keeps
+ * seeing CPU memory.
+ *
+ * Kept to one small translation unit: c10's headers are slow to compile.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <c10/core/CPUAllocator.h>
+
+#include "hpalloc.h"
+
+namespace {
+
+void *torch_ctx; /* hp_ctx(HP_ORIGIN_TORCH, 0), set before first use */
+
+void hp_delete(void *ptr)
+{
+	if (ptr == nullptr)
+		return;
+	c10::profiledCPUMemoryReporter().Delete(ptr);
+	hp_free(ptr);
+}
+
+struct HpAllocator final : c10::Allocator {
+	c10::DataPtr allocate(size_t nbytes) const override
+	{
+		const c10::Device cpu(c10::DeviceType::CPU);
+		if (nbytes == 0) /* as c10's: no memory, a null DataPtr */
+			return {nullptr, nullptr, &hp_delete, cpu};
+		void *p = hp_ctx_malloc(torch_ctx, nbytes);
+		if (p == nullptr) {
+			c10::profiledCPUMemoryReporter().OutOfMemory(nbytes);
+			/* c10::Error: Python sees RuntimeError, as with c10's allocator */
+			TORCH_CHECK(false, "hpalloc: not enough memory: you tried to allocate ",
+				    nbytes, " bytes.");
+		}
+		c10::profiledCPUMemoryReporter().New(p, nbytes);
+		return {p, p, &hp_delete, cpu};
+	}
+
+	c10::DeleterFnPtr raw_deleter() const override
+	{
+		return &hp_delete;
+	}
+};
+
+/* Static: c10 keeps a raw pointer to the allocator forever. */
+HpAllocator allocator;
+c10::Allocator *previous;       /* what install() replaced */
+bool installed;
+/* c10 remembers the priority of the last SetAllocator: once we gave the
+ * slot back to `previous` at our priority, retaking it needs as much. */
+c10::Allocator *handed_back;    /* what uninstall() put in the slot */
+uint8_t slot_priority;          /* the priority we last set the slot with */
+
+PyObject *py_install(PyObject *, PyObject *args)
+{
+	int priority = 1;
+	if (!PyArg_ParseTuple(args, "|i:install", &priority))
+		return nullptr;
+	if (priority < 0 || priority > 255) {
+		PyErr_Format(PyExc_ValueError, "priority must be 0..255, not %d", priority);
+		return nullptr;
+	}
+	if (torch_ctx == nullptr && (torch_ctx = hp_ctx(HP_ORIGIN_TORCH, 0)) == nullptr)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	c10::Allocator *current = c10::GetCPUAllocator();
+	if (current == &allocator) {
+		installed = true;
+		Py_RETURN_NONE;
+	}
+	uint8_t effective = static_cast<uint8_t>(priority);
+	if (current == handed_back && slot_priority > effective)
+		effective = slot_priority; /* the slot is as we left it */
+	/* c10 ignores a priority below the slot's: check that we got it */
+	c10::SetCPUAllocator(&allocator, effective);
+	if (c10::GetCPUAllocator() != &allocator) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "c10 kept its CPU allocator: one was set with a priority above %d "
+			     "(pass a higher priority to install())", priority);
+		return nullptr;
+	}
+	previous = current;
+	slot_priority = effective;
+	handed_back = nullptr;
+	installed = true;
+	Py_RETURN_NONE;
+}
+
+/* Give the slot back to what install() replaced, unless someone replaced
+ * hpalloc in turn (theirs stays).  Storage made by hpalloc keeps hp_delete. */
+PyObject *py_uninstall(PyObject *, PyObject *)
+{
+	if (!installed)
+		Py_RETURN_NONE;
+	if (c10::GetCPUAllocator() == &allocator) {
+		c10::SetCPUAllocator(previous, slot_priority);
+		handed_back = previous;
+	}
+	installed = false;
+	Py_RETURN_NONE;
+}
+
+/* True while c10's CPU allocator is hpalloc's (also if set by others). */
+PyObject *py_installed(PyObject *, PyObject *)
+{
+	return PyBool_FromLong(c10::GetCPUAllocator() == &allocator);
+}
+
+/* The deleter of storage this allocator made, to recognise it. */
+PyObject *py_deleter_address(PyObject *, PyObject *)
+{
+	return PyLong_FromVoidPtr(reinterpret_cast<void *>(&hp_delete));
+}
+
+PyMethodDef methods[] = {
+	{"install", py_install, METH_VARARGS,
+	 "install(priority=1): c10's CPU allocator becomes hpalloc's"},
+	{"uninstall", py_uninstall, METH_NOARGS,
+	 "uninstall(): the allocator install() replaced comes back"},
+	{"installed", py_installed, METH_NOARGS,
+	 "installed() -> True while c10's CPU allocator is hpalloc's"},
+	{"deleter_address", py_deleter_address, METH_NOARGS,
+	 "deleter_address() -> address of the deleter of hpalloc's storage"},
+	{nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {
+	PyModuleDef_HEAD_INIT,
+	"hpalloc._torch",
+	"PyTorch's CPU allocator on hpalloc (use hpalloc.torch).",
+	-1,
+	methods,
+	nullptr,
+	nullptr,
+	nullptr,
+	nullptr,
+};
+
+} // namespace
+
+PyMODINIT_FUNC PyInit__torch(void);
+
+PyMODINIT_FUNC PyInit__torch(void)
+{
+	return PyModule_Create(&module);
+}

@@ -1,0 +1,92 @@
+"""hpalloc under Numba's runtime (NRT).
+
+Arrays created in @njit code (np.empty, np.zeros, the results of array
+expressions) are allocated by NRT_MemInfo_alloc_safe_aligned.  install()
+makes LLVM resolve that symbol to hpalloc's stand-in, which allocates the
+same MemInfo through NRT's external-allocator interface with an allocator
+backed by hpalloc (numba origin: `numba_huge_bytes` in hpalloc.stats()).
+Importing this module imports Numba and changes nothing else.
+
+    hpalloc.numba.install()             # code compiled from now on
+    hpalloc.numba.uninstall()
+    hpalloc.numba.installed()
+    hpalloc.numba.external_allocator()  # address of an NRT_ExternalAllocator
+
+Each MemInfo remembers its allocator, so arrays are freed by hpalloc from
+any thread, also after uninstall().  Functions compiled before install()
+keep calling NRT directly; NRT allocates with PyMem_RawMalloc, which
+hpalloc.python puts on hpalloc too (counted as python).  Other NRT memory
+(typed lists and dicts, strings) goes through the raw domain as well.
+
+external_allocator() is for extension authors: pass it to
+NRT_MemInfo_alloc_safe_aligned_external (Numba exposes its address as
+numba.core.runtime._nrt_python.c_helpers
+["MemInfo_alloc_safe_aligned_external"]) to put a MemInfo's data on
+hpalloc explicitly.
+"""
+
+import threading
+
+import llvmlite.binding as _ll
+from numba.core.compiler_lock import global_compiler_lock as _compiler_lock
+from numba.core.runtime import _nrt_python, nrt as _nrt_module
+
+from . import _nrt
+
+__all__ = ["install", "uninstall", "installed", "external_allocator"]
+
+# The symbol @njit code calls for array data (numba/core/runtime/context.py,
+# meminfo_alloc_aligned) and the c_helpers entries Numba registers it from.
+SYMBOL = "NRT_MemInfo_alloc_safe_aligned"
+_HELPER = "MemInfo_alloc_safe_aligned"
+_HELPER_EXTERNAL = "MemInfo_alloc_safe_aligned_external"
+
+_lock = threading.Lock()
+
+
+def external_allocator():
+    """Address (int) of a static NRT_ExternalAllocator backed by hpalloc:
+    requests of at least `threshold` bytes on huge pages, smaller ones on
+    libc, every block freed by hpalloc."""
+    return _nrt.allocator_address()
+
+
+def installed():
+    """True between install() and uninstall()."""
+    return _nrt.routing()
+
+
+def _initialize_runtime():
+    """NRT registers its symbols with LLVM when the CPU target is first
+    used, overwriting any earlier registration of ours: make that happen
+    now (a few tens of ms, what the first compilation would spend)."""
+    from numba.core.registry import cpu_target
+    cpu_target.target_context  # noqa: B018 (creating it initialises NRT)
+    if not _nrt_module.rtsys._init:
+        raise RuntimeError("Numba's runtime did not initialise")
+
+
+def install():
+    """Arrays created by @njit code compiled from now on are allocated by
+    hpalloc.  Idempotent."""
+    with _lock, _compiler_lock:
+        _initialize_runtime()
+        helpers = _nrt_python.c_helpers
+        missing = [h for h in (_HELPER, _HELPER_EXTERNAL) if h not in helpers]
+        if missing:
+            raise RuntimeError("this Numba's NRT has no %s: hpalloc.numba "
+                               "cannot route its arrays" % ", ".join(missing))
+        _nrt.bind(helpers[_HELPER], helpers[_HELPER_EXTERNAL])
+        _nrt.set_routing(True)
+        _ll.add_symbol(SYMBOL, _nrt.standin_address())
+
+
+def uninstall():
+    """Code compiled from now on calls NRT's own allocation again, and code
+    compiled meanwhile stops using hpalloc for new arrays.  Arrays already
+    on hpalloc stay valid."""
+    with _lock, _compiler_lock:
+        if not _nrt.routing():
+            return
+        _nrt.set_routing(False)
+        _ll.add_symbol(SYMBOL, _nrt_python.c_helpers[_HELPER])
