@@ -242,6 +242,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
 		*to_small = true;
+		HP_ERRNO_RESTORE; /* "yours": the caller's allocator runs next */
 		return NULL;
 	}
 	if (!b)
