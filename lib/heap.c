@@ -26,10 +26,18 @@ static void *fail_enomem(void)
 	return NULL;
 }
 
-/* ---- registry of live huge blocks (hp_heap_lock) ------------------------------ */
+/* ---- registry of live huge blocks ------------------------------------------------
+ * Written under hp_heap_lock (a block leaves it and enters the cache in one
+ * critical section), and also under reg_lock, the innermost lock of all:
+ * readers (hp_owns, lookups) take reg_lock alone, and nothing is called
+ * while it is held.  So the free() of an interposer, which asks hp_owns()
+ * about every 2 MiB aligned pointer, is safe wherever it is called from --
+ * also from hpalloc's own code holding its other locks (release.c frees
+ * block records under rel_lock), where hp_heap_lock would invert the order. */
 
 #define REG_BITS 12
 static struct hp_block *registry[1u << REG_BITS];
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline size_t reg_slot(const void *addr)
 {
@@ -39,31 +47,43 @@ static inline size_t reg_slot(const void *addr)
 static void reg_insert(struct hp_block *b)
 {
 	size_t i = reg_slot(b->map.addr);
+	pthread_mutex_lock(&reg_lock);
 	b->hnext = registry[i];
 	registry[i] = b;
+	pthread_mutex_unlock(&reg_lock);
 }
 
 static struct hp_block *reg_find(const void *addr, bool remove)
 {
+	struct hp_block *b = NULL;
+
+	pthread_mutex_lock(&reg_lock);
 	for (struct hp_block **pp = &registry[reg_slot(addr)]; *pp; pp = &(*pp)->hnext)
 		if ((*pp)->map.addr == addr) {
-			struct hp_block *b = *pp;
+			b = *pp;
 			if (remove)
 				*pp = b->hnext;
-			return b;
+			break;
 		}
-	return NULL;
+	pthread_mutex_unlock(&reg_lock);
+	return b;
 }
 
 /* Block whose mapping contains addr (interior pointers; slow, for reports). */
 static struct hp_block *reg_find_containing(const void *addr)
 {
-	for (size_t i = 0; i < (1u << REG_BITS); i++)
+	struct hp_block *found = NULL;
+
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < (1u << REG_BITS) && !found; i++)
 		for (struct hp_block *b = registry[i]; b; b = b->hnext)
 			if ((const char *)addr >= (char *)b->map.addr &&
-			    (const char *)addr < (char *)b->map.addr + b->map.len)
-				return b;
-	return NULL;
+			    (const char *)addr < (char *)b->map.addr + b->map.len) {
+				found = b;
+				break;
+			}
+	pthread_mutex_unlock(&reg_lock);
+	return found;
 }
 
 static inline bool maybe_huge(const void *p)
@@ -302,6 +322,13 @@ void heap_fork(int phase)
 	release_flush(true); /* no janitor, no ring in the child yet */
 }
 
+/* Taken last before a fork, after every other lock: a thread holding one of
+ * those may still free() through hp_owns(), which takes this one. */
+void heap_registry_fork(int phase)
+{
+	fork_mutex(&reg_lock, phase);
+}
+
 static inline bool wants_huge(size_t size)
 {
 	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
@@ -359,12 +386,7 @@ void hp_free_sized(void *ptr, size_t size)
 
 static struct hp_block *lookup(const void *ptr)
 {
-	if (!maybe_huge(ptr))
-		return NULL;
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = reg_find(ptr, false);
-	pthread_mutex_unlock(&hp_heap_lock);
-	return b;
+	return maybe_huge(ptr) ? reg_find(ptr, false) : NULL;
 }
 
 size_t hp_usable_size(const void *ptr)

@@ -210,7 +210,8 @@ HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
  * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
- * control+publish > knobs > heap > release > ring > janitor > stats), the
+ * control+publish > knobs > heap > release > ring > janitor > stats >
+ * heap's registry lock, under which nothing is called), the
  * parent and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
@@ -224,6 +225,7 @@ static inline void fork_mutex(pthread_mutex_t *m, int phase)
 }
 HP_HIDDEN void knobs_fork(int phase);
 HP_HIDDEN void heap_fork(int phase);
+HP_HIDDEN void heap_registry_fork(int phase); /* last: see heap.c */
 HP_HIDDEN void shared_fork(int phase);
 HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
