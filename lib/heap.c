@@ -560,12 +560,24 @@ int hp_owns(const void *ptr)
 	return ptr && lookup(ptr) != NULL;
 }
 
+/* The interposers' fast path: one relaxed load for the common answer.
+ * threshold is 0 only before knobs_init (its lowest value is 4K). */
+size_t hp_huge_threshold(void)
+{
+	size_t t = atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed);
+
+	if (unlikely(t == 0 || hp_inside) ||
+	    atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) == MODE_OFF)
+		return SIZE_MAX;
+	return t;
+}
+
 static bool huge_alignment_ok(size_t alignment)
 {
 	return alignment <= HP_THP_SIZE && (alignment & (alignment - 1)) == 0;
 }
 
-int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
+static int huge_alloc_work(void *ctx, size_t size, size_t alignment, int zero, void **out)
 {
 	bool to_small;
 
@@ -583,7 +595,20 @@ int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out
 	return 0;
 }
 
-int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
+/* An interposed malloc called from hpalloc's own code (hp_inside: its
+ * initialisation, the janitor, these two functions) gets "yours": it never
+ * comes back into the huge path and its locks. */
+int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
+{
+	if (hp_inside && out)
+		return 1;
+	hp_inside++;
+	int rc = huge_alloc_work(ctx, size, alignment, zero, out);
+	hp_inside--;
+	return rc;
+}
+
+static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 {
 	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
 	bool to_small;
@@ -614,6 +639,16 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	*out = np;
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
+{
+	if (hp_inside && out && hp_owns(ptr))
+		return 1;
+	hp_inside++;
+	int rc = huge_realloc_work(ctx, ptr, size, out);
+	hp_inside--;
+	return rc;
 }
 
 /* ---- reports and maintenance ------------------------------------------------------- */

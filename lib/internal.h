@@ -243,6 +243,13 @@ static inline void hp_init(void)
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
 HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
+/* Non-zero while this thread runs hpalloc's own code: its initialisation,
+ * the janitor thread (always), hp_huge_alloc/hp_huge_realloc.  The malloc
+ * of an interposer (libhpalloc-preload.so) called from there -- stdio,
+ * opendir, liburing, pthread_create, a block record -- must go to libc,
+ * never back into the huge path and the locks it may already hold:
+ * hp_huge_threshold() says SIZE_MAX and hp_huge_alloc() answers 1. */
+HP_HIDDEN extern __thread unsigned hp_inside __attribute__((tls_model("initial-exec")));
 
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */

@@ -58,6 +58,7 @@ static uint64_t next_wait_ms(uint64_t deadline)
 static void *janitor_main(void *arg)
 {
 	(void)arg;
+	hp_inside = 1; /* all of this thread is hpalloc's own code */
 	ring_start();
 	for (;;) {
 		uint64_t deadline;
