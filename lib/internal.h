@@ -18,6 +18,8 @@
  *   control.c  control directory: secure reading, live reload
  *   publish.c  per-process stats file: writing it (format: below)
  *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
+ *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
  * Who may touch a huge block when: see the top of release.c (live in
  * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
