@@ -13,10 +13,13 @@
 
 pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Bumped in a forked child: hugetlb blocks mapped before the fork carry an
- * older generation.  Their pool reservation stayed with the parent, so the
- * child releases them when they are freed instead of caching them (a reuse
- * would fault a pool page nobody reserved: SIGBUS). */
+/* Bumped in a forked child: blocks mapped before the fork carry an older
+ * generation, and the child releases them when they are freed instead of
+ * caching them.  A hugetlb block's pool reservation stayed with the parent
+ * (a reuse would fault a pool page nobody reserved: SIGBUS); a THP block's
+ * pages are shared copy-on-write with the parent, and the first write
+ * splits each huge page into 4 KiB copies (a reuse would hand out a block
+ * without huge pages, and keep the parent's pages shared). */
 static unsigned heap_fork_gen;
 
 static void *fail_enomem(void)
@@ -281,10 +284,10 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 	return to_small ? small_alloc(size, zero) : p;
 }
 
-/* A hugetlb block mapped before this process was forked: not ours to reuse. */
-static bool inherited_hugetlb(const struct hp_block *b)
+/* A block mapped before this process was forked: not ours to reuse. */
+static bool inherited(const struct hp_block *b)
 {
-	return b->map.backend == HP_BACKEND_HUGETLB && b->fork_gen != heap_fork_gen;
+	return b->fork_gen != heap_fork_gen;
 }
 
 /* hp_heap_lock held, b just taken out of the registry: into the cache or
@@ -297,7 +300,7 @@ static void retire_locked(struct hp_block *b)
 
 	stats_block_live(b, false);
 	b->next = NULL;
-	release_adopt(inherited_hugetlb(b) ? b : cache_put(b, now));
+	release_adopt(inherited(b) ? b : cache_put(b, now));
 	if (!janitor_running())
 		release_adopt(cache_expire(now, &deadline));
 }
@@ -311,14 +314,16 @@ void heap_expire(uint64_t *next_deadline_ms)
 }
 
 /* The child keeps the parent's live blocks (the program may still use and
- * free them) but drops cached hugetlb ones: see heap_fork_gen. */
+ * free them) but unmaps its copies of the cached ones (see heap_fork_gen):
+ * the parent's cached pages are then its own again, and reusing them costs
+ * it no copy-on-write while the child lives. */
 void heap_fork(int phase)
 {
 	fork_mutex(&hp_heap_lock, phase);
 	if (phase != FORK_CHILD)
 		return;
 	heap_fork_gen++;
-	release_adopt(cache_take_backend(HP_BACKEND_HUGETLB));
+	release_adopt(cache_take_all());
 	release_flush(true); /* no janitor, no ring in the child yet */
 }
 
