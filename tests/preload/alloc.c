@@ -156,7 +156,7 @@ static void test_hugetlb(void)
 int main(int argc, char **argv)
 {
 	static const char *const knobs[] = {"HPALLOC_MODE=auto", NULL};
-	preload_test_init(argc, argv, knobs);
+	preload_test_init(argc, argv, knobs, NULL);
 	test_malloc_calloc();
 	test_aligned();
 	test_realloc();

@@ -29,7 +29,7 @@ static bool keep_variable(const char *entry)
 	       strncmp(entry, "HPALLOC_TEST_", 13) == 0;
 }
 
-static void reexec(char **argv, const char *lib, const char *const *knobs)
+static void reexec(char **argv, const char *lib, const char *const *knobs, const char *after)
 {
 	size_t n = 0, k = 0;
 	const char *old = getenv("LD_PRELOAD");
@@ -39,7 +39,7 @@ static void reexec(char **argv, const char *lib, const char *const *knobs)
 	while (knobs && knobs[k])
 		k++;
 	char **env = calloc(n + k + 3, sizeof(char *));
-	char *preload = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
+	char *preload = malloc(strlen(lib) + (old ? strlen(old) : 0) + (after ? strlen(after) : 0) + 16);
 	if (!env || !preload)
 		exit(1);
 	size_t j = 0;
@@ -49,7 +49,8 @@ static void reexec(char **argv, const char *lib, const char *const *knobs)
 	for (size_t i = 0; i < k; i++)
 		env[j++] = (char *)knobs[i];
 	/* after an existing preload (a sanitizer runtime must stay first) */
-	sprintf(preload, "LD_PRELOAD=%s%s%s", old && *old ? old : "", old && *old ? " " : "", lib);
+	sprintf(preload, "LD_PRELOAD=%s%s%s%s%s", old && *old ? old : "", old && *old ? " " : "", lib,
+		after ? " " : "", after ? after : "");
 	env[j++] = preload;
 	env[j++] = "HPALLOC_TEST_PRELOAD_REEXEC=1";
 	env[j] = NULL;
@@ -58,20 +59,23 @@ static void reexec(char **argv, const char *lib, const char *const *knobs)
 	exit(1);
 }
 
-void preload_test_init(int argc, char **argv, const char *const *knobs)
+void preload_test_init(int argc, char **argv, const char *const *knobs, const char *after)
 {
 	(void)argc;
 #if defined(__SANITIZE_ADDRESS__)
 	(void)argv;
 	(void)knobs;
+	(void)after;
 	fprintf(stderr, "SKIP: AddressSanitizer cannot be combined with an interposer of malloc "
 		"(its runtime must be the process's malloc, and it refuses to start when "
 		"another library comes first); `make check-preload-valgrind` runs these "
 		"programs under valgrind's memcheck instead\n");
 	exit(EXIT_SKIP);
 #else
-	if (preloaded())
+	if (preloaded()) {
+		alarm(600); /* a deadlock fails the test (also under valgrind) */
 		return;
+	}
 	if (getenv("HPALLOC_TEST_PRELOAD_REEXEC")) {
 		fprintf(stderr, "FAIL: re-executed with LD_PRELOAD=%s, but malloc is not "
 			"libhpalloc-preload.so's\n", getenv("LD_PRELOAD"));
@@ -83,7 +87,7 @@ void preload_test_init(int argc, char **argv, const char *const *knobs)
 			"set: run through make check, or set it to .../lib/.libs/libhpalloc-preload.so\n");
 		exit(1);
 	}
-	reexec(argv, lib, knobs);
+	reexec(argv, lib, knobs, after);
 #endif
 }
 
@@ -153,7 +157,7 @@ bool on_small_pages(const void *p)
 
 /* ---- hpalloc, looked up ------------------------------------------------------ */
 
-static void *need(const char *name)
+void *dlsym_default(const char *name)
 {
 	void *f = dlsym(RTLD_DEFAULT, name);
 	if (!f) {
@@ -165,14 +169,14 @@ static void *need(const char *name)
 
 bool hpalloc_owns(const void *p)
 {
-	int (*owns)(const void *) = (int (*)(const void *))need("hp_owns");
+	int (*owns)(const void *) = (int (*)(const void *))dlsym_default("hp_owns");
 	return owns(p) == 1;
 }
 
 uint64_t hpalloc_stat(const char *name)
 {
-	int (*get)(struct hp_stats *) = (int (*)(struct hp_stats *))need("hp_stats_get");
-	const char *(*stat_name)(int) = (const char *(*)(int))need("hp_stat_name");
+	int (*get)(struct hp_stats *) = (int (*)(struct hp_stats *))dlsym_default("hp_stats_get");
+	const char *(*stat_name)(int) = (const char *(*)(int))dlsym_default("hp_stat_name");
 	struct hp_stats s;
 
 	if (get(&s) != 0)

@@ -24,8 +24,9 @@
 #define EXIT_SKIP 77
 
 /* Knob settings ("HPALLOC_MODE=thp", ...; NULL terminated) for the
- * re-executed process; the caller's HPALLOC_* variables are dropped. */
-void preload_test_init(int argc, char **argv, const char *const *knobs);
+ * re-executed process; the caller's HPALLOC_* variables are dropped.
+ * after: another object to preload after the preload library, or NULL. */
+void preload_test_init(int argc, char **argv, const char *const *knobs, const char *after);
 
 extern int preload_checks;
 #define CHECK(cond, ...)                                                      \
@@ -56,6 +57,7 @@ bool on_small_pages(const void *p);
 /* hpalloc's view, looked up at run time (the program does not link it):
  * whether p is the start of one of its huge blocks, and a counter. */
 bool hpalloc_owns(const void *p);
+void *dlsym_default(const char *name); /* exits 1 if absent */
 uint64_t hpalloc_stat(const char *name);
 
 /* Deterministic contents. */

@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 	static const char *const knobs[] = {"HPALLOC_MODE=thp", NULL};
 	pthread_t t[WORKERS];
 
-	preload_test_init(argc, argv, knobs);
+	preload_test_init(argc, argv, knobs, NULL);
 	for (long i = 0; i < WORKERS; i++)
 		CHECK(pthread_create(&t[i], NULL, worker, (void *)i) == 0, "pthread_create");
 	for (int round = 0; round < FORKS; round++) {

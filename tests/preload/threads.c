@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 					    "HPALLOC_CACHE_MAX=64M", NULL};
 	pthread_t t[THREADS];
 
-	preload_test_init(argc, argv, knobs);
+	preload_test_init(argc, argv, knobs, NULL);
 	for (int i = 0; i < SLOTS; i++)
 		pthread_mutex_init(&slots[i].lock, NULL);
 	for (long i = 0; i < THREADS; i++)
