@@ -157,6 +157,11 @@ bool on_small_pages(const void *p)
 
 /* ---- hpalloc, looked up ------------------------------------------------------ */
 
+void *dlsym_default_opt(const char *name)
+{
+	return dlsym(RTLD_DEFAULT, name);
+}
+
 void *dlsym_default(const char *name)
 {
 	void *f = dlsym(RTLD_DEFAULT, name);

@@ -58,6 +58,7 @@ bool on_small_pages(const void *p);
  * whether p is the start of one of its huge blocks, and a counter. */
 bool hpalloc_owns(const void *p);
 void *dlsym_default(const char *name); /* exits 1 if absent */
+void *dlsym_default_opt(const char *name); /* NULL if absent */
 uint64_t hpalloc_stat(const char *name);
 
 /* Deterministic contents. */
