@@ -12,7 +12,9 @@
  * statically linked program (no PT_INTERP: no dynamic linker ever reads
  * LD_PRELOAD), a program that would run in secure-execution mode (setuid,
  * setgid, file capabilities: the dynamic linker ignores LD_PRELOAD
- * there), a program of another ELF class or machine than the library.  A
+ * there), a program of another ELF class or machine than the library, and
+ * an LD_PRELOAD that already holds another malloc (tcmalloc, jemalloc, a
+ * sanitizer runtime: whichever comes first serves every allocation).  A
  * "#!" script is judged by its interpreter. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -173,6 +175,63 @@ static int check_target(const char *cmd, const char *path, int depth)
 
 /* ---- LD_PRELOAD -------------------------------------------------------------------- */
 
+/* The shared object at path defines malloc itself (its dynamic symbol
+ * table says so): preloaded before us, it would serve every allocation. */
+static bool defines_malloc(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf64_Ehdr eh;
+	bool found = false;
+
+	if (fd < 0)
+		return false;
+	if (pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr))
+		goto out;
+	for (unsigned i = 0; i < eh.e_shnum && !found; i++) {
+		Elf64_Shdr sh, str;
+		if (pread(fd, &sh, sizeof(sh), (off_t)(eh.e_shoff + i * sizeof(sh))) != (ssize_t)sizeof(sh))
+			goto out;
+		if (sh.sh_type != SHT_DYNSYM || sh.sh_entsize != sizeof(Elf64_Sym) ||
+		    pread(fd, &str, sizeof(str), (off_t)(eh.e_shoff + sh.sh_link * sizeof(str))) !=
+			    (ssize_t)sizeof(str))
+			continue;
+		for (size_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym) && !found; k++) {
+			Elf64_Sym sym;
+			char name[8];
+			if (pread(fd, &sym, sizeof(sym), (off_t)(sh.sh_offset + k * sizeof(sym))) !=
+			    (ssize_t)sizeof(sym))
+				break;
+			found = sym.st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym.st_info) == STT_FUNC &&
+				sym.st_name < str.sh_size &&
+				pread(fd, name, sizeof(name), (off_t)(str.sh_offset + sym.st_name)) > 6 &&
+				!memcmp(name, "malloc", 7);
+		}
+	}
+out:
+	close(fd);
+	return found;
+}
+
+/* Another malloc preloaded before ours would take every allocation. */
+static int check_preloaded(const char *list, const char *lib)
+{
+	char *copy = strdup(list), *save = NULL;
+	int rc = 0;
+
+	for (char *w = copy ? strtok_r(copy, " :", &save) : NULL; w && !rc;
+	     w = strtok_r(NULL, " :", &save)) {
+		if (strcmp(w, lib) && strchr(w, '/') && defines_malloc(w)) {
+			warnx("run --preload: %s, already in LD_PRELOAD, replaces malloc itself and "
+			      "would serve every allocation (none would reach %s): remove it", w,
+			      PRELOAD_NAME);
+			rc = EXIT_RUNTIME;
+		}
+	}
+	free(copy);
+	return rc;
+}
+
 static bool already_listed(const char *list, const char *lib)
 {
 	char *copy = strdup(list), *save = NULL;
@@ -188,6 +247,8 @@ static bool already_listed(const char *list, const char *lib)
 static int append_preload(const char *lib)
 {
 	const char *old = getenv("LD_PRELOAD");
+	if (old && *old && check_preloaded(old, lib))
+		return EXIT_RUNTIME;
 	if (old && *old && already_listed(old, lib))
 		return 0;
 	size_t n = strlen(lib) + (old ? strlen(old) : 0) + 2;

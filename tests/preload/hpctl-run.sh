@@ -76,6 +76,14 @@ LD_PRELOAD=$LIB expect 0 "$HPCTL" run --preload -- sh -c 'printf %s "$LD_PRELOAD
 ok
 
 # ---- refused: nothing runs ---------------------------------------------------------
+for other in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
+	[ -f "$other" ] || continue
+	LD_PRELOAD=$other expect 1 "$HPCTL" run --preload -- sh -c 'echo ran'
+	contains "$err" "replaces malloc itself" "another allocator in LD_PRELOAD"
+	[ -z "$out" ] || fail "the command ran with $other in LD_PRELOAD"
+	ok
+done
+
 printf '#include <stdio.h>\nint main(int c, char **v) { return c > 1 && fopen(v[1], "w") ? 0 : 1; }\n' \
 	>"$tmp/static.c"
 if env -u LD_PRELOAD ${CC:-cc} -static -o "$tmp/static" "$tmp/static.c" 2>"$tmp/cc.err"; then
