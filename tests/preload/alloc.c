@@ -112,24 +112,24 @@ static void test_realloc(void)
 {
 	char *p = malloc(1000);
 	fill(p, 1000, 2);
-	char *q = realloc(p, 16 * MiB); /* small -> huge: moved, contents kept */
+	char *q = after_realloc(realloc(p, 16 * MiB)); /* small -> huge: moved, contents kept */
 	huge_block(q, 16 * MiB, "realloc 1000 -> 16 MiB");
 	CHECK(check(q, 1000, 2), "contents after small -> huge");
 	fill(q, 16 * MiB, 3);
-	char *r = realloc(q, 200 * MiB); /* huge -> bigger huge (in place for THP) */
+	char *r = after_realloc(realloc(q, 200 * MiB)); /* huge -> bigger huge (in place for THP) */
 	huge_block(r, 200 * MiB, "realloc 16 -> 200 MiB");
 	CHECK(check(r, 16 * MiB, 3), "contents after growing");
-	char *s = realloc(r, 3000); /* huge -> small: back to glibc */
+	char *s = after_realloc(realloc(r, 3000)); /* huge -> small: back to glibc */
 	CHECK(check(s, 3000, 3), "contents after huge -> small");
 	small_block(s, 3000, "realloc 200 MiB -> 3000");
-	char *t = reallocarray(s, 4 * MiB, 4); /* small -> huge again */
+	char *t = after_realloc(reallocarray(s, 4 * MiB, 4)); /* small -> huge again */
 	huge_block(t, 16 * MiB, "reallocarray(4M, 4)");
 	errno = 0;
 	CHECK(reallocarray(t, half_max, 4) == NULL && errno == ENOMEM, "reallocarray overflow");
 	CHECK(hpalloc_owns(t), "overflowing reallocarray freed the block");
 	CHECK(realloc(t, 0) == NULL, "realloc(huge, 0) frees and returns NULL");
 	CHECK(!hpalloc_owns(t), "realloc(huge, 0) did not free");
-	char *n = realloc(NULL, BIG);
+	char *n = after_realloc(realloc(NULL, BIG));
 	huge_block(n, BIG, "realloc(NULL, 64 MiB)");
 	free(n);
 }

@@ -37,10 +37,10 @@ int main(int argc, char **argv)
 	CHECK(malloc_usable_size(e->aligned) >= 8 * MiB, "usable size of an early aligned block");
 	CHECK(filled(e->big, 64 * MiB, 1) && filled(e->aligned, 8 * MiB, 2) &&
 	      filled(e->small, 100, 3), "early contents");
-	char *g = realloc(e->grows, 32 * MiB); /* into a huge block, contents moved */
+	char *g = after_realloc(realloc(e->grows, 32 * MiB)); /* into a huge block, contents moved */
 	CHECK(g && hpalloc_owns(g) && filled(g, 3 * MiB, 4), "realloc of an early block");
 	CHECK(huge_bytes(g, 32 * MiB) >= 32 * MiB, "moved block not on huge pages");
-	char *s = realloc(e->small, 200);
+	char *s = after_realloc(realloc(e->small, 200));
 	CHECK(s && filled(s, 100, 3) && !hpalloc_owns(s), "small realloc of an early block");
 	free(e->big);
 	free(e->aligned); /* 2 MiB aligned, glibc's: hp_owns says no, glibc frees it */

@@ -22,7 +22,7 @@
 
 static _Atomic bool stop;
 
-static void *worker(void *arg)
+static void *fork_load_worker(void *arg)
 {
 	uint64_t x = 977 + (uintptr_t)arg;
 	char *keep[8] = {0};
@@ -44,7 +44,7 @@ static void *worker(void *arg)
 		fill(keep[i], sizes[i] < 4096 ? sizes[i] : 4096, seeds[i]);
 		if (x % 5 == 0) { /* across the threshold and back */
 			size_t n = sizes[i] >= MiB ? 3000 : 3 * MiB;
-			char *q = realloc(keep[i], n);
+			char *q = after_realloc(realloc(keep[i], n));
 			CHECK(q != NULL, "worker realloc");
 			size_t kept = sizes[i] < n ? sizes[i] : n;
 			CHECK(check(q, kept < 4096 ? kept : 4096, seeds[i]), "realloc lost data");
@@ -61,7 +61,8 @@ static void *worker(void *arg)
 /* In a child: the inherited blocks, then new ones, then a grandchild. */
 static int child(char *big, char *small, int depth)
 {
-	alarm(30); /* a deadlock kills the child: SIGALRM, counted as failure */
+	/* a deadlock kills the child: SIGALRM, counted as failure */
+	alarm(getenv("HPALLOC_TEST_VALGRIND") ? 600 : 30);
 	if (!check(big, BIG, 42) || !check(small, 200, 43)) {
 		fprintf(stderr, "FAIL: child %d: inherited contents differ\n", (int)getpid());
 		return 1;
@@ -77,7 +78,7 @@ static int child(char *big, char *small, int depth)
 	}
 	fill(p, BIG, 42);
 	fill(s, 100, 43);
-	char *r = realloc(p, 2 * BIG);
+	char *r = after_realloc(realloc(p, 2 * BIG));
 	if (!r || !check(r, BIG, 42)) {
 		fprintf(stderr, "FAIL: child %d: realloc\n", (int)getpid());
 		return 1;
@@ -110,8 +111,9 @@ int main(int argc, char **argv)
 
 	preload_test_init(argc, argv, knobs, NULL);
 	for (long i = 0; i < WORKERS; i++)
-		CHECK(pthread_create(&t[i], NULL, worker, (void *)i) == 0, "pthread_create");
-	for (int round = 0; round < FORKS; round++) {
+		CHECK(pthread_create(&t[i], NULL, fork_load_worker, (void *)i) == 0, "pthread_create");
+	int forks = getenv("HPALLOC_TEST_VALGRIND") ? FORKS / 4 : FORKS;
+	for (int round = 0; round < forks; round++) {
 		char *big = malloc(BIG), *small = malloc(200);
 		CHECK(big && small && hpalloc_owns(big), "parent allocations");
 		fill(big, BIG, 42);

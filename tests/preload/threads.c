@@ -90,7 +90,7 @@ static void one_round(uint64_t *x)
 		free(s->p);
 		s->p = NULL;
 	} else if (s->p && action == 1) {
-		char *q = realloc(s->p, size);
+		char *q = after_realloc(realloc(s->p, size));
 		CHECK(q != NULL, "realloc(%zu)", size);
 		size_t kept = size < s->size ? size : s->size;
 		CHECK(check(q, kept < KiB ? kept : KiB, s->seed), "realloc lost the contents");
@@ -113,7 +113,9 @@ static void one_round(uint64_t *x)
 static void *worker(void *arg)
 {
 	uint64_t x = 0x1234567 + (uintptr_t)arg * 7919;
-	for (int i = 0; i < ROUNDS; i++)
+	/* memcheck is ~50 times slower: fewer rounds there */
+	int rounds = getenv("HPALLOC_TEST_VALGRIND") ? ROUNDS / 10 : ROUNDS;
+	for (int i = 0; i < rounds; i++)
 		one_round(&x);
 	return NULL;
 }
