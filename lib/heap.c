@@ -109,7 +109,14 @@ struct hp_ctx {
 	size_t pagesize;
 };
 #define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
-static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES];
+/* Filled in here, never written after: hp_ctx() is called from whichever
+ * thread allocates first while other threads read the same context. */
+#define CTX_ROW(o) {{(o), 0}, {(o), 2 * HP_MiB}, {(o), HP_GiB}}
+static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
+	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
+	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
+};
+_Static_assert(HP_ORIGIN_COUNT == 6, "a CTX_ROW for every origin");
 
 static inline bool forced(const struct hp_ctx *ctx)
 {
@@ -506,10 +513,7 @@ void *hp_ctx(int origin, size_t pagesize)
 		errno = EINVAL;
 		return NULL;
 	}
-	struct hp_ctx *c = &contexts[origin][slot];
-	c->origin = origin; /* idempotent: the same values from every thread */
-	c->pagesize = pagesize;
-	return c;
+	return &contexts[origin][slot];
 }
 
 void *hp_ctx_pagesize(size_t pagesize)
@@ -629,6 +633,8 @@ static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 		fail_enomem();
 		return -1;
 	}
+	if (size == 0)
+		size = 1; /* forced: a block of one byte, as hp_huge_alloc() gives */
 	void *np = resize_in_place(b, size, ctx);
 	if (np) {
 		*out = np;

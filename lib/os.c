@@ -45,6 +45,7 @@ static void find_pagesizes(void)
 {
 	long found[MAX_PAGESIZES];
 	int n = 0;
+	HP_ERRNO_SAVE; /* gethugepagesizes() clears it: run from successful calls */
 #ifdef HAVE_LIBHUGETLBFS
 	n = gethugepagesizes(found, MAX_PAGESIZES);
 #endif
@@ -68,6 +69,7 @@ static void find_pagesizes(void)
 			pagesizes[j] = pagesizes[j - 1];
 			pagesizes[j - 1] = t;
 		}
+	HP_ERRNO_RESTORE;
 }
 
 static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;

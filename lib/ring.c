@@ -10,13 +10,14 @@
  *     submission queue;
  *   - setup: the janitor thread, once, before it publishes `ready` (release
  *     order): a ring that failed the probe is never published, so no other
- *     thread can write into a ring being torn down.
+ *     thread can write into a ring being torn down.  Setup holds sq_lock
+ *     (as fork does): a fork never sees a ring half made.
  * A submit that fails after entries were prepared (-EAGAIN when the kernel
  * cannot allocate requests, -EBUSY on a full completion queue) leaves them
  * in the shared submission ring: the kernel takes them with the next
  * io_uring_enter.  So a failed submit only means "submit again later": the
  * ring is marked backlogged, the janitor retries, and release.c sends new
- * blocks the synchronous way meanwhile.  Completions are never dropped: the
+ * blocks the synchronous way meanwhile.  A partial submit is the same.  Completions are never dropped: the
  * probe requires IORING_FEAT_NODROP (an overflowing completion queue is
  * kept by the kernel and flushed as the janitor reaps).
  *
@@ -111,28 +112,42 @@ bool ring_backlogged(void)
 	return atomic_load_explicit(&backlogged, memory_order_relaxed);
 }
 
+/* Setup and publishing under sq_lock, which the fork hook takes: a fork
+ * finds no ring or a published one, never one set up but not yet ready
+ * (the child could not tell it has it, and would leak it). */
 void ring_start(void)
 {
 #ifdef HAVE_LIBURING
 	char why[160];
-	if (!ring_open(&ring, RING_ENTRIES, why, sizeof(why))) {
-		hp_log(2, "io_uring unavailable (%s): releasing synchronously", why);
-		return;
+	pthread_mutex_lock(&sq_lock);
+	bool ok = ring_open(&ring, RING_ENTRIES, why, sizeof(why));
+	if (ok) {
+		atomic_store_explicit(&ready, true, memory_order_release);
+		atomic_store_explicit(&hp_counters[HP_STAT_URING_ACTIVE], 1, memory_order_relaxed);
 	}
-	atomic_store_explicit(&ready, true, memory_order_release);
-	atomic_store_explicit(&hp_counters[HP_STAT_URING_ACTIVE], 1, memory_order_relaxed);
-	hp_log(2, "io_uring ready");
+	pthread_mutex_unlock(&sq_lock);
+	if (ok)
+		hp_log(2, "io_uring ready");
+	else
+		hp_log(2, "io_uring unavailable (%s): releasing synchronously", why);
 #endif
 }
 
 #ifdef HAVE_LIBURING
-/* sq_lock held.  A failed submit keeps the entries queued: retry later. */
+/* sq_lock held.  A failed submit keeps the entries queued: retry later.
+ * So does a partial one (the kernel stops taking entries when it cannot
+ * allocate a request and returns how many it took): what it left is still
+ * prepared, and only a later submit hands it over. */
 static void submit_locked(void)
 {
 	int rc = io_uring_submit(&ring);
-	atomic_store_explicit(&backlogged, rc < 0, memory_order_relaxed);
+	bool left = rc < 0 || io_uring_sq_ready(&ring) > 0;
+	atomic_store_explicit(&backlogged, left, memory_order_relaxed);
 	if (rc < 0)
 		hp_log(2, "io_uring_submit: %s: retrying from the janitor", strerror(-rc));
+	else if (left)
+		hp_log(2, "io_uring_submit took %d entries, %u left: retrying from the janitor", rc,
+		       io_uring_sq_ready(&ring));
 }
 #endif
 

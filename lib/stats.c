@@ -74,18 +74,20 @@ static __thread struct small_slot *my_slot __attribute__((tls_model("initial-exe
  * into what exited threads left behind, never into the freed slot. */
 static __thread bool slot_dead __attribute__((tls_model("initial-exec")));
 
+/* The count moves from the slot to the leftovers under slots_lock, as
+ * hp_stats_get() reads both: a snapshot sees it once, in one or the other. */
 static void slot_retire(void *arg)
 {
 	struct small_slot *s = arg, **pp;
 
-	atomic_fetch_add(&exited_bytes, atomic_load(&s->bytes));
-	atomic_fetch_add(&exited_blocks, atomic_load(&s->blocks));
 	pthread_mutex_lock(&slots_lock);
 	for (pp = &slots; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
 			break;
 		}
+	atomic_fetch_add(&exited_bytes, atomic_load(&s->bytes));
+	atomic_fetch_add(&exited_blocks, atomic_load(&s->blocks));
 	pthread_mutex_unlock(&slots_lock);
 	free(s);
 	my_slot = NULL; /* destructors run in the exiting thread itself */
@@ -178,8 +180,8 @@ int hp_stats_get(struct hp_stats *out)
 	*out = (struct hp_stats){{0}};
 	for (int i = 0; i < HP_STAT_COUNT; i++)
 		out->v[i] = atomic_load_explicit(&hp_counters[i], memory_order_relaxed);
-	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
 	pthread_mutex_lock(&slots_lock);
+	int64_t bytes = atomic_load(&exited_bytes), blocks = atomic_load(&exited_blocks);
 	for (struct small_slot *s = slots; s; s = s->next) {
 		bytes += atomic_load_explicit(&s->bytes, memory_order_relaxed);
 		blocks += atomic_load_explicit(&s->blocks, memory_order_relaxed);

@@ -14,10 +14,11 @@ cannot load is reported like any other failure, never as a traceback.
 Activation is lazy: each adapter is installed when the program imports the
 module it serves -- at once if that is already imported, else from an
 import hook -- so start-up costs no NumPy import and a program imports
-NumPy whenever it likes.  Whatever does not take is said on stderr in one
-line (and the program runs on); with the `verbose` knob >= 1 what took is
-said too.  `hpctl run --check` passes HPALLOC_REPORT, a file each process
-appends "<pid> <adapter> ok|failed <why>" to.
+NumPy whenever it likes, from whichever thread.  Whatever does not take
+is said on stderr in one line (and the program runs on); with the
+`verbose` knob >= 1 what took is said too.  `hpctl run --check` passes
+HPALLOC_REPORT, a file each process appends "<pid> <adapter> ok|failed
+<why>" to.
 
 This module must not import hpalloc (or NumPy) at module level.
 """
@@ -82,14 +83,60 @@ def _install(adapter, installer):
         _report(adapter, False, "%s: %s" % (type(exc).__name__, exc))
     else:
         _report(adapter, True)
+        if adapter == "numpy":
+            _numpy_in_main_thread()
+
+
+_pending_calls = []  # ctypes callbacks handed to CPython: kept alive
+
+
+def _numpy_in_main_thread():
+    """NumPy keeps its handler per context (a ContextVar), so install() in
+    another thread -- the program imported NumPy there first -- selected
+    hpalloc in that thread and in threads started later, not in the main
+    thread, where programs allocate most.  The main thread selects it at its
+    next bytecode, through a pending call (Py_AddPendingCall: CPython runs
+    those in the main thread), unless it chose a handler of its own."""
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        return
+    try:
+        import ctypes
+
+        @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        def select(_):
+            try:
+                hn = sys.modules.get("hpalloc.numpy")
+                if hn is not None and hn.installed() and \
+                        hn.get_handler_name() == "default_allocator":
+                    hn._set_hpalloc_in_this_context()
+            except Exception:  # never raise into the main thread
+                pass
+            return 0
+
+        add = ctypes.pythonapi.Py_AddPendingCall
+        add.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        add.restype = ctypes.c_int
+        _pending_calls.append(select)
+        if add(ctypes.cast(select, ctypes.c_void_p), None) != 0:
+            raise RuntimeError("Py_AddPendingCall refused")
+    except Exception as exc:
+        _report("numpy", False, "NumPy was imported in thread %s, and the main "
+                "thread cannot be switched (%s: %s)"
+                % (threading.current_thread().name, type(exc).__name__, exc))
 
 
 class _AfterImport(importlib.abc.Loader):
     """The real loader, then the adapters waiting for this module."""
 
-    def __init__(self, loader, adapters):
+    def __init__(self, loader, trigger):
         self._loader = loader
-        self._adapters = adapters
+        self._trigger = trigger
+
+    def __getattr__(self, name):  # is_package, get_filename... of a spec
+        if name == "_loader":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self._loader, name)
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -100,15 +147,26 @@ class _AfterImport(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
-        for adapter, installer in self._adapters:
+        for adapter, installer in self._trigger.loaded(module.__name__):
             _install(adapter, installer)
 
 
 class _Trigger(importlib.abc.MetaPathFinder):
-    """Spots the first import of a trigger module (sys.meta_path[0])."""
+    """Spots the first import of a trigger module (sys.meta_path[0]).
+
+    A spec is not an import: importlib.util.find_spec("numpy") (how many
+    programs test for an optional package) asks for one and never runs it.
+    So the adapters wait until a loader really executes the module."""
 
     def __init__(self):
         self.pending = {}  # module -> [(adapter, installer)]
+
+    def loaded(self, name):
+        """The adapters of name, once: name has just been executed."""
+        adapters = self.pending.pop(name, [])
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return adapters
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.pending:
@@ -124,9 +182,7 @@ class _Trigger(importlib.abc.MetaPathFinder):
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _AfterImport(spec.loader, self.pending.pop(name))
-        if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)
+        spec.loader = _AfterImport(spec.loader, self)
         return spec
 
 

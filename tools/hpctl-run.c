@@ -14,7 +14,9 @@
  *
  * --check: every process that tries to activate appends a line to the file
  * named by HPALLOC_REPORT; hpctl waits for COMMAND and exits with its status
- * if it failed, else 1 (saying why) when no process activated, else 0. */
+ * if it failed, else 1 (saying why) when no process activated, else 0.
+ * Meanwhile it stays transparent as the exec would be: signals sent to it
+ * go on to COMMAND, and it dies of the signal that killed COMMAND. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -27,6 +29,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,14 +152,57 @@ static void read_report(const char *path, struct report *r)
 	fclose(f);
 }
 
-static int wait_status(pid_t pid)
-{
-	int status;
+/* Signals someone sends hpctl to end the command (kill, Popen.terminate(),
+ * a supervisor): without --check they would reach it (hpctl execs), so
+ * they are passed on.  SIGINT and SIGQUIT come from the terminal to the
+ * whole process group: the command has them already. */
+static const int forwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+static volatile sig_atomic_t command_pid;
 
-	while (waitpid(pid, &status, 0) < 0)
+static void forward(int sig)
+{
+	if (command_pid > 0)
+		kill((pid_t)command_pid, sig);
+}
+
+static void forwarded_set(sigset_t *set)
+{
+	sigemptyset(set);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(set, forwarded[i]);
+}
+
+static void forward_signals(void)
+{
+	struct sigaction sa = {.sa_handler = forward, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaction(forwarded[i], &sa, NULL);
+	signal(SIGINT, SIG_IGN); /* the command decides what ^C means */
+	signal(SIGQUIT, SIG_IGN);
+}
+
+/* The command was killed by sig: hpctl ends the same way, as the caller
+ * would see it without --check (a shell script interrupted by ^C stops). */
+static void die_of(int sig)
+{
+	struct rlimit no_core = {0, 0};
+	sigset_t set;
+
+	setrlimit(RLIMIT_CORE, &no_core); /* the command's crash, not ours */
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+}
+
+static int wait_status(pid_t pid, int *status)
+{
+	while (waitpid(pid, status, 0) < 0)
 		if (errno != EINTR)
-			return EXIT_RUNTIME;
-	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+			return -1;
+	return 0;
 }
 
 static int run_checked(struct hpctl *c)
@@ -174,6 +220,9 @@ static int run_checked(struct hpctl *c)
 	close(fd);
 	setenv("HPALLOC_REPORT", path, 1);
 	fflush(NULL);
+	sigset_t block, old;
+	forwarded_set(&block); /* held until the command's pid is known */
+	sigprocmask(SIG_BLOCK, &block, &old);
 	pid_t pid = fork();
 	if (pid < 0) {
 		warnx("run --check: fork: %s", strerror(errno));
@@ -181,17 +230,25 @@ static int run_checked(struct hpctl *c)
 		return EXIT_RUNTIME;
 	}
 	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
 		execvp(c->cmd_argv[0], c->cmd_argv);
 		warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
 		_exit(127);
 	}
-	signal(SIGINT, SIG_IGN); /* the command decides what ^C means */
-	signal(SIGQUIT, SIG_IGN);
-	int status = wait_status(pid);
+	command_pid = pid;
+	forward_signals();
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	int status, waited = wait_status(pid, &status);
 	read_report(path, &r);
 	unlink(path);
-	if (status != 0)
-		return status;
+	if (waited < 0)
+		return EXIT_RUNTIME;
+	if (WIFSIGNALED(status)) {
+		die_of(WTERMSIG(status));
+		return 128 + WTERMSIG(status); /* a signal that does not kill */
+	}
+	if (WEXITSTATUS(status) != 0)
+		return WEXITSTATUS(status);
 	if (r.activated)
 		return EXIT_OK;
 	if (r.failed)

@@ -22,6 +22,7 @@ running keep their handler.
 
 import contextlib
 import contextvars
+import operator as _operator
 import threading
 
 import numpy as _np
@@ -201,6 +202,19 @@ def _pagesize_bytes(pagesize):
     return _hpalloc.parse_size(pagesize) if isinstance(pagesize, str) else int(pagesize)
 
 
+def _shape_tuple(shape):
+    """shape as np.empty takes it (an integer or a sequence of integers,
+    NumPy's too), checked: a negative size would reach frombuffer() as
+    count=-1, "the whole block"."""
+    try:
+        shape = (_operator.index(shape),)
+    except TypeError:
+        shape = tuple(_operator.index(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise ValueError("negative dimensions are not allowed")
+    return shape
+
+
 def shared_empty(shape, dtype=float, order="C", pagesize=None):
     """An uninitialised array on an hpalloc shared block that multiprocessing
     passes to other processes by descriptor.  pagesize ("2M", "1G", None =
@@ -209,7 +223,7 @@ def shared_empty(shape, dtype=float, order="C", pagesize=None):
     from ._shared import SharedBlock
     _register_reducers()
     dtype = _np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = _shape_tuple(shape)
     count = 1
     for n in shape:
         count *= int(n)

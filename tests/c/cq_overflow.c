@@ -8,17 +8,41 @@
 #include "harness.h"
 #include "fault.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #define THREADS 4
 #define PER_THREAD 150
 #define SIZE (2 * MiB)
 
+static pthread_barrier_t start;
+
+/* The /proc/self/maps lines overlapping [addr, addr + len): who holds it. */
+static void print_maps(const void *addr, size_t len)
+{
+	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		uintmax_t s, e;
+		if (sscanf(line, "%jx-%jx", &s, &e) == 2 && s < hi && e > lo)
+			fputs(line, stderr);
+	}
+	if (f)
+		fclose(f);
+}
+
+/* Each thread makes its glibc arena (first malloc) and has its stack before
+ * any block is freed: a new glibc mapping landing in a released block's hole
+ * would look like a block still mapped. */
 static void *burst(void *arg)
 {
 	void **freed = arg;
+	free(malloc(64));
+	pthread_barrier_wait(&start);
 	for (int i = 0; i < PER_THREAD; i++) {
 		char *p = hp_malloc(SIZE);
 		if (!p)
@@ -48,6 +72,7 @@ static int child_overflow(void)
 	}
 	unsigned char *live = hp_malloc(32 * MiB);
 	harness_fill(live, 32 * MiB, 5);
+	pthread_barrier_init(&start, NULL, THREADS);
 	for (int i = 0; i < THREADS; i++)
 		pthread_create(&t[i], NULL, burst, freed[i]);
 	for (int i = 0; i < THREADS; i++) {
@@ -62,7 +87,9 @@ static int child_overflow(void)
 			if (fault_mapped_bytes(freed[i][j], SIZE) && !((char *)freed[i][j] >= (char *)live &&
 								  (char *)freed[i][j] < (char *)live + 32 * MiB)) {
 				/* a later block may sit at a freed address: only live ones count */
-				fprintf(stderr, "FAIL: freed block %d/%d still mapped\n", i, j);
+				fprintf(stderr, "FAIL: freed block %d/%d at %p still mapped:\n", i, j,
+					freed[i][j]);
+				print_maps(freed[i][j], SIZE);
 				return 1;
 			}
 	if (harness_check(live, 32 * MiB, 5) != SIZE_MAX) {

@@ -4,25 +4,12 @@
  * leave a sentinel errno untouched; the first call happens in a fresh
  * process, where lazy initialisation runs. */
 #include "harness.h"
+#include "keeps_errno.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#define SENTINEL 12345
-
-static int failures;
-
-#define KEEPS(call)                                                                 \
-	do {                                                                        \
-		errno = SENTINEL;                                                   \
-		call;                                                               \
-		if (errno != SENTINEL) {                                            \
-			fprintf(stderr, "FAIL: %s changed errno to %d (%s)\n", #call, errno, \
-				strerror(errno));                                   \
-			failures++;                                                 \
-		}                                                                   \
-	} while (0)
 
 static int child_first_calls(void)
 {
@@ -64,7 +51,7 @@ static int child_first_calls(void)
 	KEEPS(hp_release_drain());
 	KEEPS(hp_control_reload());
 	KEEPS(hp_version());
-	return failures ? 1 : 0;
+	return keeps_errno_failures ? 1 : 0;
 }
 
 /* mode=hugetlb with no free pool page falls back to THP: a success. */
@@ -81,7 +68,7 @@ static int child_fallback(void)
 		return 1;
 	}
 	KEEPS(hp_free(p));
-	return failures ? 1 : 0;
+	return keeps_errno_failures ? 1 : 0;
 }
 
 static const struct harness_child_case children[] = {

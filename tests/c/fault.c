@@ -15,17 +15,37 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <liburing.h>
 
-static _Atomic int submit_err, submit_times, submit_failed;
+static _Atomic int submit_err, submit_times, submit_failed, partial_times;
 static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
+static _Atomic int ring_inits;
+static _Atomic unsigned init_pause_ms;
 static _Atomic int pthread_err;
 
 void fault_submit(int err, int times)
 {
 	atomic_store(&submit_times, times);
 	atomic_store(&submit_err, err);
+}
+
+void fault_submit_partial(int times)
+{
+	atomic_store(&partial_times, times);
+}
+
+/* What liburing's submit does, but with to_submit = 1: the kernel takes the
+ * first entry and leaves the others queued behind the head it publishes. */
+static int submit_one(struct io_uring *ring)
+{
+	struct io_uring_sq *sq = &ring->sq;
+	if (sq->sqe_head != sq->sqe_tail) {
+		sq->sqe_head = sq->sqe_tail;
+		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	}
+	return io_uring_enter((unsigned)ring->ring_fd, 1, 0, 0, NULL);
 }
 
 int fault_submit_failures(void)
@@ -41,6 +61,16 @@ void fault_queue_init(int err)
 void fault_ring_entries(unsigned entries)
 {
 	atomic_store(&ring_entries, entries);
+}
+
+int fault_ring_inits(void)
+{
+	return atomic_load(&ring_inits);
+}
+
+void fault_ring_init_pause(unsigned ms)
+{
+	atomic_store(&init_pause_ms, ms);
 }
 
 void fault_pthread_create(int err)
@@ -67,6 +97,8 @@ int io_uring_submit(struct io_uring *ring)
 		atomic_fetch_add(&submit_failed, 1);
 		return -err;
 	}
+	if (io_uring_sq_ready(ring) > 1 && atomic_fetch_sub(&partial_times, 1) > 0)
+		return submit_one(ring);
 	if (!real)
 		real = (int (*)(struct io_uring *))next("io_uring_submit");
 	return real(ring);
@@ -82,7 +114,17 @@ int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
 		return -err;
 	if (!real)
 		real = (int (*)(unsigned, struct io_uring *, unsigned))next("io_uring_queue_init");
-	return real(want ? want : entries, ring, flags);
+	int rc = real(want ? want : entries, ring, flags);
+	unsigned pause = atomic_load(&init_pause_ms);
+	if (rc == 0) {
+		atomic_fetch_add(&ring_inits, 1);
+		if (pause) {
+			struct timespec ts = {.tv_sec = pause / 1000,
+					      .tv_nsec = (long)(pause % 1000) * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return rc;
 }
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);

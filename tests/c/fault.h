@@ -19,9 +19,17 @@
 /* io_uring_submit returns -err for the next `times` calls (0 disarms). */
 void fault_submit(int err, int times);
 int fault_submit_failures(void); /* how many submits were made to fail */
+/* The next `times` io_uring_submit calls hand the kernel only the first
+ * prepared entry and return 1, as the kernel does when it runs out of
+ * requests part way (io_submit_sqes): the rest stay in the ring. */
+void fault_submit_partial(int times);
 /* io_uring_queue_init: -err (0: real), or the real one with `entries`. */
 void fault_queue_init(int err);
 void fault_ring_entries(unsigned entries);
+/* io_uring_queue_init rings set up so far in this process; the real one
+ * pauses ms milliseconds after setting a ring up (a window for fork). */
+int fault_ring_inits(void);
+void fault_ring_init_pause(unsigned ms);
 /* pthread_create returns err (0: real). */
 void fault_pthread_create(int err);
 

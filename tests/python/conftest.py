@@ -92,18 +92,27 @@ class PoolReservation:
     def __init__(self):
         self.added = {}
 
-    def reserve(self, pagesize, count):
+    def reserve(self, pagesize, count, exact=False):
+        """Add `count` free pages; with exact=True, make exactly `count`
+        pages free (a short pool must be short whatever free pages the
+        pool already had: run-test holds the machine-wide test lock, so
+        nobody else is using them)."""
         if os.geteuid() != 0:
             pytest.skip("reserving a hugetlb pool needs root (CI runs as root)")
         if not os.path.isdir(pool_dir(pagesize)):
             pytest.skip("kernel offers no %d kB huge pages" % (pagesize // 1024))
         before = pool_read(pagesize, "nr_hugepages")
+        if exact:
+            count -= pool_read(pagesize, "free_hugepages")
+        if count < 0 and before + count < 0:
+            pytest.skip("cannot shrink the %d kB pool" % (pagesize // 1024))
         pool_write_nr(pagesize, before + count)
         got = pool_read(pagesize, "nr_hugepages") - before
-        self.added[pagesize] = self.added.get(pagesize, 0) + max(got, 0)
-        if got < count:
+        self.added[pagesize] = self.added.get(pagesize, 0) + got
+        if got != count:
             pytest.skip("kernel gave %d of %d %d kB huge pages (memory too "
-                        "fragmented)" % (got, count, pagesize // 1024))
+                        "fragmented, or pages in use)" % (got, count,
+                                                          pagesize // 1024))
 
     def release(self):
         hpalloc.cache_flush()  # cached blocks still hold pool pages

@@ -116,7 +116,7 @@ def test_views_and_orders(knobs):
 
 
 def test_short_pool_falls_back_or_raises(hugetlb_pool, knobs):
-    hugetlb_pool(2 * MiB, PAGES - 1)  # one page short of 256 MiB
+    hugetlb_pool(2 * MiB, PAGES - 1, exact=True)  # one page short of 256 MiB
     free = pool_read(2 * MiB, "free_hugepages")
     knobs(mode="hugetlb", pagesize="2M", fallback="fail")
     with pytest.raises(MemoryError):
