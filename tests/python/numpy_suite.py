@@ -13,6 +13,11 @@ listed in docs/numpy-testsuite.md (a line "- `nodeid` — reason"; fnmatch
 patterns allowed) — each listed test must assert NumPy's own default-handler
 semantics, anything else is a bug in hpalloc.
 
+With --preload LIB (make check-numpy-preload) the second run is instead
+"preload": NumPy's default handler under LD_PRELOAD=LIB
+(libhpalloc-preload.so), so every malloc of the interpreter, NumPy and its
+tests goes through the preload library; no difference is expected there.
+
 This file is also the pytest plugin (-p numpy_suite) that records outcomes.
 """
 
@@ -139,6 +144,8 @@ def main():
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
                         help="the build tree's python/inplace directory")
+    parser.add_argument("--preload", metavar="LIB",
+                        help="second run under LD_PRELOAD=LIB instead of HPALLOC_NUMPY=1")
     parser.add_argument("pytest_args", nargs="*",
                         help="extra pytest arguments (after --), e.g. -k mem_policy")
     args = parser.parse_args()
@@ -153,13 +160,19 @@ def main():
         os.mkdir(work)
         default_handler, default = run_suite("default", env, args.out_dir, work,
                                              args.pytest_args)
-        hp_env = dict(env, HPALLOC_NUMPY="1")
-        hp_handler, hp = run_suite("hpalloc", hp_env, args.out_dir, work,
+        if args.preload:
+            label, expected = "preload", "default_allocator"
+            hp_env = dict(env, LD_PRELOAD=" ".join(
+                filter(None, [args.preload, env.get("LD_PRELOAD")])))
+        else:
+            label, expected = "hpalloc", "hpalloc"
+            hp_env = dict(env, HPALLOC_NUMPY="1")
+        hp_handler, hp = run_suite(label, hp_env, args.out_dir, work,
                                    args.pytest_args)
 
-    if default_handler != "default_allocator" or hp_handler != "hpalloc":
+    if default_handler != "default_allocator" or hp_handler != expected:
         sys.exit("check-numpy: handlers at the end of the runs were %s and %s, "
-                 "expected default_allocator and hpalloc" % (default_handler, hp_handler))
+                 "expected default_allocator and %s" % (default_handler, hp_handler, expected))
 
     differ = sorted(n for n in set(default) | set(hp) if default.get(n) != hp.get(n))
     unexplained, explained = [], []
@@ -170,7 +183,7 @@ def main():
     unused = [p for p in allowed if not any(fnmatch.fnmatchcase(n, p) for n in differ)]
 
     count = lambda res, what: sum(1 for o in res.values() if o == what)  # noqa: E731
-    for label, res in (("default", default), ("hpalloc", hp)):
+    for label, res in (("default", default), (label, hp)):
         print("check-numpy: %-8s %d passed, %d failed, %d errors, %d thread exceptions, "
               "%d skipped, %d xfailed" % (
                   label, count(res, "passed"), count(res, "failed"), count(res, "error"),
