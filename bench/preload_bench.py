@@ -12,7 +12,8 @@ on 2^25 floats, fresh result tensors), and NumPy temporaries (`a + b` on
 untimed warm-up call, then 3 timed calls; the process reports the median
 seconds and minor faults (getrusage) of those calls.  Contenders run
 interleaved, their order rotating each round; the table gives the median
-over rounds.  Shared, noisy machine: read ratios, not absolute times.
+over rounds.  hpalloc runs with mode=thp.  Shared, noisy machine: read ratios, not
+absolute times.
 """
 
 import argparse
@@ -87,6 +88,9 @@ def contender_env(name, preload, libdir):
         if var.startswith("HPALLOC_") or var == "LD_PRELOAD":
             env.pop(var)
     if name == "hpalloc":
+        # THP, like the peers: never the machine-wide hugetlb pools, which
+        # tests (under tests/run-test's lock) may be sizing meanwhile.
+        env["HPALLOC_MODE"] = "thp"
         env["LD_PRELOAD"] = preload
         env["LD_LIBRARY_PATH"] = libdir + ((":" + env["LD_LIBRARY_PATH"])
                                            if env.get("LD_LIBRARY_PATH") else "")

@@ -161,8 +161,10 @@ def main():
         default_handler, default = run_suite("default", env, args.out_dir, work,
                                              args.pytest_args)
         if args.preload:
+            # mode=thp: this runs outside tests/run-test's lock, so it must
+            # not take hugetlb pages from a pool a test is sizing.
             label, expected = "preload", "default_allocator"
-            hp_env = dict(env, LD_PRELOAD=" ".join(
+            hp_env = dict(env, HPALLOC_MODE="thp", LD_PRELOAD=" ".join(
                 filter(None, [args.preload, env.get("LD_PRELOAD")])))
         else:
             label, expected = "hpalloc", "hpalloc"
