@@ -18,6 +18,8 @@
 #include <time.h>
 #include <liburing.h>
 
+#include "hpalloc.h"
+
 static _Atomic int submit_err, submit_times, submit_failed, partial_times;
 static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
@@ -139,6 +141,20 @@ int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *)
 	if (!real)
 		real = (create_fn)next("pthread_create");
 	return real(t, attr, fn, arg);
+}
+
+bool fault_ring_ready_within(unsigned ms)
+{
+	struct timespec step = {.tv_nsec = 5 * 1000000};
+	for (unsigned waited = 0;; waited += 5) {
+		struct hp_stats st;
+		hp_stats_get(&st);
+		if (st.v[HP_STAT_URING_ACTIVE])
+			return true;
+		if (waited >= ms)
+			return false;
+		nanosleep(&step, NULL);
+	}
 }
 
 size_t fault_mapped_bytes(const void *addr, size_t len)
