@@ -83,6 +83,17 @@ HP_API int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out);
  * for pointers not 2 MiB aligned (no lock). */
 HP_API int hp_owns(const void *ptr);
 
+/* ---- the interposers' fast path -------------------------------------------
+ * The smallest size hp_huge_alloc() may put on huge pages for a context
+ * following the knobs, right now: the `threshold` knob; SIZE_MAX with
+ * mode=off, before the library has read its knobs (the first hp_* call that
+ * allocates does), and in hpalloc's own code (a malloc its initialisation
+ * or janitor makes).  One load, no lock, no initialisation: an interposer
+ * sends smaller requests to its own allocator without calling anything
+ * else.  Every huge block starts on a 2 MiB boundary, so a pointer that is
+ * not 2 MiB aligned is never hpalloc's (no need to ask hp_owns()). */
+HP_API size_t hp_huge_threshold(void);
+
 /* ---- shared blocks: huge pages several processes map ------------------------
  * A block on a memfd, mapped MAP_SHARED, that other processes map from its
  * descriptor (sent over a UNIX socket, inherited).  Hugetlb pages when

@@ -13,10 +13,13 @@
 
 pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Bumped in a forked child: hugetlb blocks mapped before the fork carry an
- * older generation.  Their pool reservation stayed with the parent, so the
- * child releases them when they are freed instead of caching them (a reuse
- * would fault a pool page nobody reserved: SIGBUS). */
+/* Bumped in a forked child: blocks mapped before the fork carry an older
+ * generation, and the child releases them when they are freed instead of
+ * caching them.  A hugetlb block's pool reservation stayed with the parent
+ * (a reuse would fault a pool page nobody reserved: SIGBUS); a THP block's
+ * pages are shared copy-on-write with the parent, and the first write
+ * splits each huge page into 4 KiB copies (a reuse would hand out a block
+ * without huge pages, and keep the parent's pages shared). */
 static unsigned heap_fork_gen;
 
 static void *fail_enomem(void)
@@ -26,10 +29,18 @@ static void *fail_enomem(void)
 	return NULL;
 }
 
-/* ---- registry of live huge blocks (hp_heap_lock) ------------------------------ */
+/* ---- registry of live huge blocks ------------------------------------------------
+ * Written under hp_heap_lock (a block leaves it and enters the cache in one
+ * critical section), and also under reg_lock, the innermost lock of all:
+ * readers (hp_owns, lookups) take reg_lock alone, and nothing is called
+ * while it is held.  So the free() of an interposer, which asks hp_owns()
+ * about every 2 MiB aligned pointer, is safe wherever it is called from --
+ * also from hpalloc's own code holding its other locks (release.c frees
+ * block records under rel_lock), where hp_heap_lock would invert the order. */
 
 #define REG_BITS 12
 static struct hp_block *registry[1u << REG_BITS];
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline size_t reg_slot(const void *addr)
 {
@@ -39,31 +50,43 @@ static inline size_t reg_slot(const void *addr)
 static void reg_insert(struct hp_block *b)
 {
 	size_t i = reg_slot(b->map.addr);
+	pthread_mutex_lock(&reg_lock);
 	b->hnext = registry[i];
 	registry[i] = b;
+	pthread_mutex_unlock(&reg_lock);
 }
 
 static struct hp_block *reg_find(const void *addr, bool remove)
 {
+	struct hp_block *b = NULL;
+
+	pthread_mutex_lock(&reg_lock);
 	for (struct hp_block **pp = &registry[reg_slot(addr)]; *pp; pp = &(*pp)->hnext)
 		if ((*pp)->map.addr == addr) {
-			struct hp_block *b = *pp;
+			b = *pp;
 			if (remove)
 				*pp = b->hnext;
-			return b;
+			break;
 		}
-	return NULL;
+	pthread_mutex_unlock(&reg_lock);
+	return b;
 }
 
 /* Block whose mapping contains addr (interior pointers; slow, for reports). */
 static struct hp_block *reg_find_containing(const void *addr)
 {
-	for (size_t i = 0; i < (1u << REG_BITS); i++)
+	struct hp_block *found = NULL;
+
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < (1u << REG_BITS) && !found; i++)
 		for (struct hp_block *b = registry[i]; b; b = b->hnext)
 			if ((const char *)addr >= (char *)b->map.addr &&
-			    (const char *)addr < (char *)b->map.addr + b->map.len)
-				return b;
-	return NULL;
+			    (const char *)addr < (char *)b->map.addr + b->map.len) {
+				found = b;
+				break;
+			}
+	pthread_mutex_unlock(&reg_lock);
+	return found;
 }
 
 static inline bool maybe_huge(const void *p)
@@ -296,6 +319,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
 		*to_small = true;
+		HP_ERRNO_RESTORE; /* "yours": the caller's allocator runs next */
 		return NULL;
 	}
 	if (!b)
@@ -314,10 +338,10 @@ static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 	return to_small ? small_alloc(size, zero) : p;
 }
 
-/* A hugetlb block mapped before this process was forked: not ours to reuse. */
-static bool inherited_hugetlb(const struct hp_block *b)
+/* A block mapped before this process was forked: not ours to reuse. */
+static bool inherited(const struct hp_block *b)
 {
-	return b->map.backend == HP_BACKEND_HUGETLB && b->fork_gen != heap_fork_gen;
+	return b->fork_gen != heap_fork_gen;
 }
 
 /* hp_heap_lock held, b just taken out of the registry: into the cache or
@@ -330,7 +354,7 @@ static void retire_locked(struct hp_block *b)
 
 	stats_block_live(b, false);
 	b->next = NULL;
-	release_adopt(inherited_hugetlb(b) ? b : cache_put(b, now));
+	release_adopt(inherited(b) ? b : cache_put(b, now));
 	if (!janitor_running())
 		release_adopt(cache_expire(now, &deadline));
 }
@@ -344,15 +368,24 @@ void heap_expire(uint64_t *next_deadline_ms)
 }
 
 /* The child keeps the parent's live blocks (the program may still use and
- * free them) but drops cached hugetlb ones: see heap_fork_gen. */
+ * free them) but unmaps its copies of the cached ones (see heap_fork_gen):
+ * the parent's cached pages are then its own again, and reusing them costs
+ * it no copy-on-write while the child lives. */
 void heap_fork(int phase)
 {
 	fork_mutex(&hp_heap_lock, phase);
 	if (phase != FORK_CHILD)
 		return;
 	heap_fork_gen++;
-	release_adopt(cache_take_backend(HP_BACKEND_HUGETLB));
+	release_adopt(cache_take_all());
 	release_flush(true); /* no janitor, no ring in the child yet */
+}
+
+/* Taken last before a fork, after every other lock: a thread holding one of
+ * those may still free() through hp_owns(), which takes this one. */
+void heap_registry_fork(int phase)
+{
+	fork_mutex(&reg_lock, phase);
 }
 
 static inline bool wants_huge(size_t size)
@@ -412,12 +445,7 @@ void hp_free_sized(void *ptr, size_t size)
 
 static struct hp_block *lookup(const void *ptr)
 {
-	if (!maybe_huge(ptr))
-		return NULL;
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = reg_find(ptr, false);
-	pthread_mutex_unlock(&hp_heap_lock);
-	return b;
+	return maybe_huge(ptr) ? reg_find(ptr, false) : NULL;
 }
 
 size_t hp_usable_size(const void *ptr)
@@ -633,12 +661,24 @@ int hp_owns(const void *ptr)
 	return ptr && lookup(ptr) != NULL;
 }
 
+/* The interposers' fast path: one relaxed load for the common answer.
+ * threshold is 0 only before knobs_init (its lowest value is 4K). */
+size_t hp_huge_threshold(void)
+{
+	size_t t = atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed);
+
+	if (unlikely(t == 0 || hp_inside) ||
+	    atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) == MODE_OFF)
+		return SIZE_MAX;
+	return t;
+}
+
 static bool huge_alignment_ok(size_t alignment)
 {
 	return alignment <= HP_THP_SIZE && (alignment & (alignment - 1)) == 0;
 }
 
-int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
+static int huge_alloc_work(void *ctx, size_t size, size_t alignment, int zero, void **out)
 {
 	bool to_small;
 
@@ -656,7 +696,20 @@ int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out
 	return 0;
 }
 
-int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
+/* An interposed malloc called from hpalloc's own code (hp_inside: its
+ * initialisation, the janitor, these two functions) gets "yours": it never
+ * comes back into the huge path and its locks. */
+int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
+{
+	if (hp_inside && out)
+		return 1;
+	hp_inside++;
+	int rc = huge_alloc_work(ctx, size, alignment, zero, out);
+	hp_inside--;
+	return rc;
+}
+
+static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 {
 	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
 	bool to_small;
@@ -689,6 +742,16 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	*out = np;
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
+{
+	if (hp_inside && out && hp_owns(ptr))
+		return 1;
+	hp_inside++;
+	int rc = huge_realloc_work(ctx, ptr, size, out);
+	hp_inside--;
+	return rc;
 }
 
 /* ---- reports and maintenance ------------------------------------------------------- */

@@ -21,6 +21,8 @@
  *   control.c  control directory: secure reading, live reload
  *   publish.c  per-process stats file: writing it (format: below)
  *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
+ *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
  * Who may touch a huge block when: see the top of release.c (live in
  * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
@@ -274,7 +276,8 @@ HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
  * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
- * control+publish > knobs > heap > release > ring > janitor > stats), the
+ * control+publish > knobs > heap > release > ring > janitor > stats >
+ * heap's registry lock, under which nothing is called), the
  * parent and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
@@ -288,6 +291,7 @@ static inline void fork_mutex(pthread_mutex_t *m, int phase)
 }
 HP_HIDDEN void knobs_fork(int phase);
 HP_HIDDEN void heap_fork(int phase);
+HP_HIDDEN void heap_registry_fork(int phase); /* last: see heap.c */
 HP_HIDDEN void shared_fork(int phase);
 HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
@@ -305,6 +309,13 @@ static inline void hp_init(void)
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
 HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
+/* Non-zero while this thread runs hpalloc's own code: its initialisation,
+ * the janitor thread (always), hp_huge_alloc/hp_huge_realloc.  The malloc
+ * of an interposer (libhpalloc-preload.so) called from there -- stdio,
+ * opendir, liburing, pthread_create, a block record -- must go to libc,
+ * never back into the huge path and the locks it may already hold:
+ * hp_huge_threshold() says SIZE_MAX and hp_huge_alloc() answers 1. */
+HP_HIDDEN extern __thread unsigned hp_inside __attribute__((tls_model("initial-exec")));
 
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */

@@ -58,6 +58,7 @@ static uint64_t next_wait_ms(uint64_t deadline)
 static void *janitor_main(void *arg)
 {
 	(void)arg;
+	hp_inside = 1; /* all of this thread is hpalloc's own code */
 	/* before the first publish_update(): janitor_start() stores it only
 	 * once pthread_create() returns, and this thread may publish first */
 	atomic_store_explicit(&hp_counters[HP_STAT_JANITOR_ACTIVE], 1, memory_order_relaxed);

@@ -18,6 +18,7 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool once_done;
 static bool tool_mode; /* set before init by hpctl: see lifecycle_tool_mode */
 static __thread bool initializing; /* init itself calls hp_* functions */
+__thread unsigned hp_inside __attribute__((tls_model("initial-exec")));
 
 uint64_t hp_now_ms(void)
 {
@@ -36,7 +37,7 @@ static void init_fork(int phase)
 /* Every module's fork hook, in the order the code nests their locks. */
 static void (*const fork_hooks[])(int) = {
 	init_fork, control_fork, knobs_fork, heap_fork, shared_fork,
-	release_fork, ring_fork, janitor_fork, stats_fork,
+	release_fork, ring_fork, janitor_fork, stats_fork, heap_registry_fork,
 };
 #define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
 
@@ -88,6 +89,7 @@ void hp_init_slow(void)
 		return;
 	}
 	initializing = true;
+	hp_inside++; /* init reads files, creates a thread: their mallocs are libc's */
 	if (!once_done) {
 		knobs_init(!tool_mode);
 		control_init();
@@ -99,6 +101,7 @@ void hp_init_slow(void)
 	atomic_store_explicit(&hp_initialized, 1, memory_order_release);
 	if (!tool_mode)
 		janitor_start();
+	hp_inside--;
 	initializing = false;
 	pthread_mutex_unlock(&init_lock);
 	HP_ERRNO_RESTORE;

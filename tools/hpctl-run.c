@@ -1,6 +1,7 @@
-/* hpctl run [--check] [KNOB=VALUE...] [--] COMMAND: COMMAND (and what it
- * starts) with these knobs in its environment and hpalloc activated for
- * NumPy, from whatever prefix hpalloc was installed to.
+/* hpctl run [--check] [--preload] [KNOB=VALUE...] [--] COMMAND: COMMAND (and
+ * what it starts) with these knobs in its environment and hpalloc activated
+ * for NumPy, from whatever prefix hpalloc was installed to (--preload:
+ * libhpalloc-preload.so for any program instead, see hpctl-preload.c).
  *
  * Activation is the Python package's (python/hpalloc_activate.py): hpctl
  * only sets HPALLOC_NUMPY=1 and puts two directories first on PYTHONPATH:
@@ -42,12 +43,13 @@ static bool has_activation(const char *dir)
 	       stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-#if defined(HPCTL_PYEXECDIR) && defined(HPCTL_BINDIR)
-/* pyexecdir seen from bindir ("../lib/python3/dist-packages"), applied to
- * the directory this executable really is in. */
-static bool relocated_dir(char *buf, size_t len)
+#ifdef HPCTL_BINDIR
+/* A directory configure chose (pyexecdir, libdir) seen from bindir
+ * ("../lib/python3/dist-packages"), applied to the directory this
+ * executable really is in: a moved or DESTDIR tree finds its own files. */
+bool relocated_dir(const char *py, char *buf, size_t len)
 {
-	const char *bin = HPCTL_BINDIR, *py = HPCTL_PYEXECDIR;
+	const char *bin = HPCTL_BINDIR;
 	char exe[PATH_MAX], rel[PATH_MAX] = "";
 	size_t common = 0, i;
 
@@ -80,7 +82,7 @@ static const char *python_dir(char *buf, size_t len)
 	if (env && *env)
 		return env;
 #if defined(HPCTL_PYEXECDIR) && defined(HPCTL_BINDIR)
-	if (relocated_dir(buf, len) && has_activation(buf))
+	if (relocated_dir(HPCTL_PYEXECDIR, buf, len) && has_activation(buf))
 		return buf;
 	if (has_activation(HPCTL_PYEXECDIR))
 		return HPCTL_PYEXECDIR;
@@ -252,9 +254,20 @@ static int run_checked(struct hpctl *c)
 	if (r.failed)
 		warnx("run --check: hpalloc was not activated in %s (%d process(es) tried; %s)",
 		      c->cmd_argv[0], r.failed, r.first_failure);
+	else if (c->run_preload)
+		warnx("run --check: no process of %s loaded libhpalloc-preload.so (the dynamic "
+		      "linker refused it: see its message above)", c->cmd_argv[0]);
 	else
 		warnx("run --check: no process of %s activated hpalloc (no Python interpreter "
 		      "that reads PYTHONPATH started, or none imported NumPy)", c->cmd_argv[0]);
+	return EXIT_RUNTIME;
+}
+
+static int run_exec(struct hpctl *c)
+{
+	fflush(NULL);
+	execvp(c->cmd_argv[0], c->cmd_argv);
+	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
 	return EXIT_RUNTIME;
 }
 
@@ -269,6 +282,12 @@ int cmd_run(struct hpctl *c)
 	}
 	set_knobs(as, c->argc);
 	free(as);
+	if (c->run_preload) { /* malloc & co of every program: hpctl-preload.c */
+		int rc = preload_prepare(c);
+		if (rc)
+			return rc;
+		return c->run_check ? run_checked(c) : run_exec(c);
+	}
 	setenv("HPALLOC_NUMPY", "1", 1);
 	const char *dir = python_dir(buf, sizeof(buf));
 	if (dir)
@@ -278,10 +297,5 @@ int cmd_run(struct hpctl *c)
 		warnx("the hpalloc Python package is not installed next to hpctl (looked in %s): "
 		      "Python programs run on NumPy's default allocator", HPCTL_PYEXECDIR);
 #endif
-	if (c->run_check)
-		return run_checked(c);
-	fflush(NULL);
-	execvp(c->cmd_argv[0], c->cmd_argv);
-	warnx("cannot run %s: %s", c->cmd_argv[0], strerror(errno));
-	return EXIT_RUNTIME;
+	return c->run_check ? run_checked(c) : run_exec(c);
 }

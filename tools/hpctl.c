@@ -39,10 +39,13 @@ static const char usage_text[] =
 	"  top [-d SECONDS] [-n COUNT]\n"
 	"                            the stats table, redrawn every second (-d) until\n"
 	"                            interrupted (or COUNT times)\n"
-	"  run [--check] [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
+	"  run [--check] [--preload] [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
 	"                            run COMMAND with hpalloc backing NumPy and these\n"
-	"                            knobs for that process alone; --check: exit 1\n"
-	"                            if no process of COMMAND activated hpalloc\n"
+	"                            knobs for that process alone; --preload: the\n"
+	"                            large allocations of any (dynamically linked)\n"
+	"                            program instead, through libhpalloc-preload.so;\n"
+	"                            --check: exit 1 if no process of COMMAND\n"
+	"                            activated hpalloc\n"
 	"\n"
 	"Options:\n"
 	"  --json                    machine-readable output\n"
@@ -173,13 +176,15 @@ static int global_option(struct hpctl *c, int argc, char **argv, int i)
 	return 0;
 }
 
-/* `run`: KNOB=VALUE words, then the command (after "--" or at the first
- * word that is not KNOB=VALUE). */
+/* `run`: options (--check, --preload), KNOB=VALUE words, then the command
+ * (after "--" or at the first word that is not KNOB=VALUE). */
 static void split_run(struct hpctl *c, int argc, char **argv, int i)
 {
 	for (; i < argc && !strncmp(argv[i], "--", 2) && argv[i][2]; i++) {
 		if (!strcmp(argv[i], "--check"))
 			c->run_check = true;
+		else if (!strcmp(argv[i], "--preload"))
+			c->run_preload = true;
 		else
 			die_usage("run: unknown option '%s'", argv[i]);
 	}

@@ -29,6 +29,7 @@ struct hpctl {
 	bool run_check;     /* run --check */
 	bool node_given;    /* pool --node N */
 	int node;
+	bool run_preload;   /* run --preload */
 	char **cmd_argv;
 };
 
@@ -96,6 +97,14 @@ int cmd_stats(struct hpctl *c);
 int cmd_top(struct hpctl *c);
 int cmd_list_knobs(struct hpctl *c);
 int cmd_list_choices(struct hpctl *c);
+
+/* hpctl-run.c: a directory configure chose, at the same place relative
+ * to this executable as to configure's bindir (moved or DESTDIR trees). */
+bool relocated_dir(const char *configured, char *buf, size_t len);
+/* hpctl-preload.c: run --preload.  Checks that LD_PRELOAD can reach
+ * COMMAND and appends the preload library to it: 0, or an exit status
+ * after saying why not. */
+int preload_prepare(struct hpctl *c);
 
 /* Shared printers. */
 void print_effective_knobs_json(struct json *j, const char *key);

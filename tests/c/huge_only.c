@@ -87,8 +87,10 @@ static void test_short_pool_fallback_small_says_yours(void **state)
 	harness_knob("threshold", "2M");
 	harness_knob("cache_max", "0");
 	harness_knob("fallback", "small");
+	errno = 1234;
 	assert_int_equal(hp_huge_alloc(NULL, 16 * MiB, 64, 0, &p), 1); /* pool of 2 pages */
 	assert_ptr_equal(p, (void *)1); /* untouched */
+	assert_int_equal(errno, 1234); /* "yours" changes nothing, errno neither */
 	harness_knob("fallback", "fail");
 	errno = 0;
 	assert_int_equal(hp_huge_alloc(NULL, 16 * MiB, 64, 0, &p), -1);

@@ -28,9 +28,15 @@ if ! "$tmp/probe" 2>"$tmp/probe.err"; then
 	exit 77
 fi
 
+# The library's sources, not lib/preload.c: that is libhpalloc-preload.so,
+# which defines malloc & co and would take them from ThreadSanitizer.
+lib_srcs=()
+for f in "$srcdir"/lib/*.c; do
+	[ "${f##*/}" = preload.c ] || lib_srcs+=("$f")
+done
 # shellcheck disable=SC2086 # $libs is a list of linker flags
 if ! $cc -std=gnu11 -fsanitize=thread -g -O1 -include "$builddir/config.h" -I"$builddir" -I"$srcdir/include" \
-	"$srcdir"/lib/*.c "$srcdir/tests/c/tsan_stress.c" -o "$tmp/tsan_stress" $libs -lpthread \
+	"${lib_srcs[@]}" "$srcdir/tests/c/tsan_stress.c" -o "$tmp/tsan_stress" $libs -lpthread \
 	2>"$tmp/build.err"; then
 	cat "$tmp/build.err"
 	echo "FAIL: cannot build the library with -fsanitize=thread"

@@ -16,6 +16,12 @@ listed in docs/numpy-testsuite.md (a line "- `nodeid` — reason"; fnmatch
 patterns allowed) — each listed test must assert NumPy's own default-handler
 semantics, anything else is a bug in hpalloc.
 
+With --preload LIB a fourth run, "preload": NumPy's default handler under
+LD_PRELOAD=LIB (libhpalloc-preload.so, mode=thp), so every malloc of the
+interpreter, NumPy and its tests goes through the preload library; no
+difference is expected there.  --variants picks runs (make
+check-numpy-preload: default,preload).
+
 This file is also the pytest plugin (-p numpy_suite) that records outcomes.
 """
 
@@ -155,6 +161,10 @@ def main():
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
                         help="the build tree's python/inplace directory")
+    parser.add_argument("--preload", metavar="LIB",
+                        help="libhpalloc-preload.so: adds the 'preload' run")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated runs to make (default: all)")
     parser.add_argument("pytest_args", nargs="*",
                         help="extra pytest arguments (after --), e.g. -k mem_policy")
     args = parser.parse_args()
@@ -167,6 +177,19 @@ def main():
     variants = [("default", {}, ("default_allocator", False)),
                 ("hpalloc", {"HPALLOC_NUMPY": "1"}, ("hpalloc", False)),
                 ("hpalloc-raw", {"HPALLOC_NUMPY": "1", RAW_ENV: "1"}, ("hpalloc", True))]
+    if args.preload:
+        # mode=thp: this runs outside tests/run-test's lock, so it must not
+        # take hugetlb pages from a pool a test is sizing.
+        preload = " ".join(filter(None, [args.preload, os.environ.get("LD_PRELOAD")]))
+        variants.append(("preload", {"HPALLOC_MODE": "thp", "LD_PRELOAD": preload},
+                         ("default_allocator", False)))
+    if args.variants:
+        wanted = set(args.variants.split(","))
+        unknown = wanted - {v[0] for v in variants}
+        if unknown or "default" not in wanted:
+            sys.exit("check-numpy: --variants %s: runs are %s, and 'default' is needed" % (
+                args.variants, ",".join(v[0] for v in variants)))
+        variants = [v for v in variants if v[0] in wanted]
     results = {}
     with tempfile.TemporaryDirectory(prefix="hpalloc-check-numpy.") as tmp:
         env = user_site_env(os.path.join(tmp, "userbase"), args.inplace)
@@ -182,7 +205,7 @@ def main():
 
     default = results["default"]
     unexplained, explained, unused = [], [], set(allowed)
-    for label in ("hpalloc", "hpalloc-raw"):
+    for label in (v[0] for v in variants if v[0] != "default"):
         hp = results[label]
         for nodeid in sorted(n for n in set(default) | set(hp) if default.get(n) != hp.get(n)):
             line = "%s: %s: %s -> %s" % (label, nodeid, default.get(nodeid, "absent"),

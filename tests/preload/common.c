@@ -1,0 +1,370 @@
+/* See common.h. */
+#include "common.h"
+
+#include "hpalloc.h" /* types only: the functions are looked up at run time */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <malloc.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int preload_checks;
+extern char **environ;
+
+/* The process's malloc is the preload library's. */
+static bool preloaded(void)
+{
+	void *(*volatile m)(size_t) = malloc; /* resolved like any caller's */
+	Dl_info info;
+
+	return dladdr((void *)m, &info) && info.dli_fname &&
+	       strstr(info.dli_fname, "libhpalloc-preload") != NULL;
+}
+
+static bool keep_variable(const char *entry)
+{
+	if (strncmp(entry, "HPALLOC_", 8) != 0)
+		return strncmp(entry, "LD_PRELOAD=", 11) != 0;
+	return strncmp(entry, "HPALLOC_CONTROL_DIR=", 20) == 0 ||
+	       strncmp(entry, "HPALLOC_TEST_", 13) == 0;
+}
+
+/* Under valgrind, no io_uring: valgrind runs one thread at a time and does
+ * not know that io_uring_enter blocks, so hpalloc's janitor waiting there
+ * for completions holds valgrind's lock and every other thread stops for
+ * good (seen with valgrind 3.19); and memcheck could not see what io_uring
+ * does to memory anyway.  A seccomp filter refuses io_uring_setup, as
+ * Docker's default profile does: hpalloc then releases synchronously and
+ * its janitor waits on a condition variable. */
+static void no_io_uring(void)
+{
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(filter) / sizeof(filter[0]), .filter = filter};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+		fprintf(stderr, "FAIL: cannot keep io_uring away from valgrind: %s\n", strerror(errno));
+		exit(1);
+	}
+}
+
+/* HPALLOC_TEST_VALGRIND="valgrind --tool=memcheck ...": the re-executed
+ * program runs under that command (make check-preload-valgrind). */
+static void exec_under(const char *tool, char **argv, char **env)
+{
+	char *words = strdup(tool), *save = NULL, exe[4096];
+	char *args[64];
+	int n = 0;
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (!words || len <= 0)
+		exit(1);
+	exe[len] = '\0';
+	for (char *w = strtok_r(words, " ", &save); w && n < 48; w = strtok_r(NULL, " ", &save))
+		args[n++] = w;
+	args[n++] = exe;
+	for (int i = 1; argv[i] && n < 63; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	execvpe(args[0], args, env);
+	fprintf(stderr, "FAIL: cannot run %s: %s\n", args[0], strerror(errno));
+	exit(1);
+}
+
+static void reexec(char **argv, const char *lib, const char *const *knobs, const char *after)
+{
+	size_t n = 0, k = 0;
+	const char *old = getenv("LD_PRELOAD");
+
+	while (environ[n])
+		n++;
+	while (knobs && knobs[k])
+		k++;
+	char **env = calloc(n + k + 4, sizeof(char *));
+	char *preload = malloc(strlen(lib) + (old ? strlen(old) : 0) + (after ? strlen(after) : 0) + 16);
+	if (!env || !preload)
+		exit(1);
+	size_t j = 0;
+	for (size_t i = 0; i < n; i++)
+		if (keep_variable(environ[i]))
+			env[j++] = environ[i];
+	for (size_t i = 0; i < k; i++)
+		env[j++] = (char *)knobs[i];
+	const char *tool = getenv("HPALLOC_TEST_VALGRIND");
+	/* after an existing preload (a sanitizer runtime must stay first) */
+	sprintf(preload, "LD_PRELOAD=%s%s%s%s%s", old && *old ? old : "", old && *old ? " " : "", lib,
+		after ? " " : "", after ? after : "");
+	env[j++] = preload;
+	env[j++] = "HPALLOC_TEST_PRELOAD_REEXEC=1";
+	env[j] = NULL;
+	if (tool && *tool) {
+		no_io_uring();
+		exec_under(tool, argv, env);
+	}
+	execve("/proc/self/exe", argv, env);
+	fprintf(stderr, "FAIL: cannot re-execute under %s: %s\n", lib, strerror(errno));
+	exit(1);
+}
+
+void preload_test_init(int argc, char **argv, const char *const *knobs, const char *after)
+{
+	(void)argc;
+#if defined(__SANITIZE_ADDRESS__)
+	(void)argv;
+	(void)knobs;
+	(void)after;
+	fprintf(stderr, "SKIP: AddressSanitizer cannot be combined with an interposer of malloc "
+		"(its runtime must be the process's malloc, and it refuses to start when "
+		"another library comes first); `make check-preload-valgrind` runs these "
+		"programs under valgrind's memcheck instead\n");
+	exit(EXIT_SKIP);
+#else
+	if (preloaded()) {
+		alarm(600); /* a deadlock fails the test (also under valgrind) */
+		return;
+	}
+	if (getenv("HPALLOC_TEST_PRELOAD_REEXEC")) {
+		fprintf(stderr, "FAIL: re-executed with LD_PRELOAD=%s, but malloc is not "
+			"libhpalloc-preload.so's\n", getenv("LD_PRELOAD"));
+		exit(1);
+	}
+	const char *lib = getenv("HPALLOC_TEST_PRELOAD");
+	if (!lib || !*lib) {
+		fprintf(stderr, "FAIL: HPALLOC_TEST_PRELOAD (the preload library to test) is not "
+			"set: run through make check, or set it to .../lib/.libs/libhpalloc-preload.so\n");
+		exit(1);
+	}
+	reexec(argv, lib, knobs, after);
+#endif
+}
+
+void preload_pass(const char *name)
+{
+	printf("PASS: %s (%d checks)\n", name, preload_checks);
+	exit(0);
+}
+
+/* ---- smaps ------------------------------------------------------------------ */
+
+static size_t field_kb(const char *line, const char *name)
+{
+	size_t n = strlen(name);
+	unsigned long long kb;
+	if (strncmp(line, name, n) || line[n] != ':' || sscanf(line + n + 1, "%llu", &kb) != 1)
+		return 0;
+	return (size_t)kb * 1024;
+}
+
+int smaps_range(const void *addr, size_t len, struct smaps_range *out)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	bool in = false;
+	uintptr_t a = (uintptr_t)addr, e = a + len;
+
+	memset(out, 0, sizeof(*out));
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') &&
+		    line[strcspn(line, " ")] == ' ' && strchr(line, '-') < strchr(line, ' ')) {
+			in = lo < e && hi > a;
+			out->mappings += in;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (out->mappings == 1 && !out->kernel_page_size)
+			out->kernel_page_size = field_kb(line, "KernelPageSize");
+		out->rss += field_kb(line, "Rss");
+		out->anon_huge += field_kb(line, "AnonHugePages");
+		out->hugetlb += field_kb(line, "Private_Hugetlb") + field_kb(line, "Shared_Hugetlb");
+	}
+	fclose(f);
+	return 0;
+}
+
+size_t huge_bytes(void *p, size_t len)
+{
+	struct smaps_range r;
+	for (size_t off = 0; off < len; off += 4096)
+		((volatile char *)p)[off] = ((volatile char *)p)[off];
+	if (smaps_range(p, len, &r) < 0)
+		return 0;
+	return r.anon_huge + r.hugetlb;
+}
+
+bool on_small_pages(const void *p)
+{
+	struct smaps_range r;
+	return smaps_range(p, 1, &r) == 0 && r.mappings == 1 && r.kernel_page_size == 4096 &&
+	       r.anon_huge == 0 && r.hugetlb == 0;
+}
+
+/* ---- hpalloc, looked up ------------------------------------------------------ */
+
+void *dlsym_default_opt(const char *name)
+{
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+void *dlsym_default(const char *name)
+{
+	void *f = dlsym(RTLD_DEFAULT, name);
+	if (!f) {
+		fprintf(stderr, "FAIL: %s not found: is libhpalloc.so.1 loaded?\n", name);
+		exit(1);
+	}
+	return f;
+}
+
+bool hpalloc_owns(const void *p)
+{
+	int (*owns)(const void *) = (int (*)(const void *))dlsym_default("hp_owns");
+	return owns(p) == 1;
+}
+
+uint64_t hpalloc_stat(const char *name)
+{
+	int (*get)(struct hp_stats *) = (int (*)(struct hp_stats *))dlsym_default("hp_stats_get");
+	const char *(*stat_name)(int) = (const char *(*)(int))dlsym_default("hp_stat_name");
+	struct hp_stats s;
+
+	if (get(&s) != 0)
+		return UINT64_MAX;
+	for (int i = 0; stat_name(i); i++)
+		if (!strcmp(stat_name(i), name))
+			return s.v[i];
+	fprintf(stderr, "FAIL: no hpalloc counter %s\n", name);
+	exit(1);
+}
+
+/* ---- valgrind ------------------------------------------------------------------ */
+
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define HAVE_MEMCHECK_H 1
+#endif
+#endif
+
+void *after_realloc(void *p)
+{
+#ifdef HAVE_MEMCHECK_H
+	if (p && RUNNING_ON_VALGRIND && hpalloc_owns(p))
+		VALGRIND_MAKE_MEM_DEFINED(p, malloc_usable_size(p));
+#endif
+	return p;
+}
+
+/* ---- contents ----------------------------------------------------------------- */
+
+static uint64_t next_word(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+void fill(void *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		c[i] = (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8));
+}
+
+bool check(const void *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	const unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		if (c[i] != (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8)))
+			return false;
+	return true;
+}
+
+bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
+/* ---- hugetlb pool ------------------------------------------------------------------ */
+
+#define POOL_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+static long pool_saved = -1;
+
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	long v = -1;
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "we");
+	if (!f)
+		return -1;
+	int rc = fprintf(f, "%ld\n", v) > 0 ? 0 : -1;
+	return fclose(f) == 0 ? rc : -1;
+}
+
+static void pool_restore(void)
+{
+	if (pool_saved >= 0)
+		write_long(POOL_DIR "nr_hugepages", pool_saved);
+}
+
+bool pool_reserve_2m(long pages, char *why, size_t len)
+{
+	long nr = read_long(POOL_DIR "nr_hugepages");
+	long avail = read_long(POOL_DIR "free_hugepages") - read_long(POOL_DIR "resv_hugepages");
+
+	if (geteuid() != 0) {
+		snprintf(why, len, "not root: cannot size the hugetlb pool");
+		return false;
+	}
+	if (nr < 0) {
+		snprintf(why, len, "no 2 MiB hugetlb pool on this machine");
+		return false;
+	}
+	if (avail >= pages)
+		return true;
+	if (pool_saved < 0) {
+		pool_saved = nr;
+		atexit(pool_restore);
+	}
+	if (write_long(POOL_DIR "nr_hugepages", nr + pages - avail) < 0 ||
+	    read_long(POOL_DIR "free_hugepages") - read_long(POOL_DIR "resv_hugepages") < pages) {
+		snprintf(why, len, "the kernel did not give %ld free 2 MiB pages", pages);
+		return false;
+	}
+	return true;
+}

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Everyday programs under hpctl run --preload give exactly what they give
+# without it: sort of a large file (its buffer is a large malloc: hpalloc
+# maps it, HPALLOC_VERBOSE=2 says so), gzip and xz round trips (xz's
+# dictionary is a large malloc too).  Python with SciPy is in
+# tests/python/test_preload.py.
+. "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
+
+if [ -n "${SANITIZER_FLAGS:-}" ]; then
+	echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
+		"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
+	exit 77
+fi
+export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
+unset LD_PRELOAD
+preloaded() { "$HPCTL" run --check --preload verbose=2 -- "$@"; }
+
+# 4 million random lines, ~45 MiB
+awk 'BEGIN { srand(13); for (i = 0; i < 4000000; i++) printf "%d %x\n", int(rand() * 1e9), i }' \
+	>"$tmp/lines"
+env LC_ALL=C sort -S 256M "$tmp/lines" >"$tmp/sorted.plain"
+run preloaded env LC_ALL=C sort -S 256M -o "$tmp/sorted.hp" "$tmp/lines"
+[ "$rc" = 0 ] || fail "sort under the preload library: exit $rc: $err"
+cmp -s "$tmp/sorted.plain" "$tmp/sorted.hp" || fail "sort's output differs under the preload library"
+ok
+contains "$err" "thp map" "sort's buffer mapped by hpalloc"
+
+# binary output: into files, not through $(...)
+preloaded gzip -c "$tmp/lines" >"$tmp/lines.gz" 2>"$tmp/err" || fail "gzip: $(cat "$tmp/err")"
+gzip -c "$tmp/lines" | cmp -s - "$tmp/lines.gz" || fail "gzip's output differs under the preload library"
+ok
+preloaded gzip -dc "$tmp/lines.gz" >"$tmp/back" 2>"$tmp/err" || fail "gunzip: $(cat "$tmp/err")"
+cmp -s "$tmp/back" "$tmp/lines" || fail "gunzip under the preload library"
+ok
+
+if command -v xz >/dev/null; then
+	preloaded xz -6 -T1 -c "$tmp/lines" >"$tmp/lines.xz" 2>"$tmp/err" || fail "xz: $(cat "$tmp/err")"
+	contains "$(cat "$tmp/err")" "thp map" "xz's dictionary mapped by hpalloc"
+	xz -6 -T1 -c "$tmp/lines" | cmp -s - "$tmp/lines.xz" || fail "xz's output differs"
+	ok
+	preloaded xz -dc "$tmp/lines.xz" >"$tmp/back" 2>"$tmp/err" || fail "xz -d: $(cat "$tmp/err")"
+	cmp -s "$tmp/back" "$tmp/lines" || fail "xz -d under the preload library"
+	ok
+else
+	echo "NOTE: xz not installed: its round trip is not run" >&2
+fi
+done_ok
