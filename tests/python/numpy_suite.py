@@ -101,7 +101,7 @@ def user_site_env(base, inplace):
         [sys.executable, "-c", "import site; print(site.getusersitepackages())"],
         env=env, capture_output=True, text=True, check=True).stdout.strip()
     os.makedirs(site_dir, exist_ok=True)
-    for name in ("hpalloc", "hpalloc-numpy.pth"):
+    for name in ("hpalloc", "hpalloc_activate.py", "hpalloc-numpy.pth"):
         os.symlink(os.path.join(inplace, name), os.path.join(site_dir, name))
     with open(os.path.join(site_dir, "hpalloc-test-raw.pth"), "w") as f:
         f.write(RAW_PTH)
