@@ -104,6 +104,8 @@ class PoolReservation:
             skip_lacking(cap, "reserving a hugetlb pool needs root (CI runs as root)")
         if not os.path.isdir(pool_dir(pagesize)):
             skip_lacking(cap, "kernel offers no %d kB huge pages" % (pagesize // 1024))
+        if exact:
+            hpalloc.cache_flush()  # a cached hugetlb block would serve without the pool
         before = pool_read(pagesize, "nr_hugepages")
         if exact:
             count -= pool_read(pagesize, "free_hugepages")
