@@ -4,7 +4,8 @@ Numba and PyTorch use by default) and the allocators one would preload
 (issue 12).
 
     python_bench.py [--rounds N] [--calls N] [--out FILE] [--pythonpath DIR]
-                    [--libdir DIR] [--contenders a,b] [--workloads x,y]
+                    [--libdir DIR] [--hpctl PATH] [--contenders a,b]
+                    [--workloads x,y]
 
 Workloads (float64, 128 MiB arrays):
   numba  an @njit function making ten 128 MiB temporaries per call
@@ -17,10 +18,12 @@ alike; the table gives the median over rounds.  The machine is left as it
 is (no pools, page reporting untouched): hpalloc runs with its default
 knobs, i.e. THP when the hugetlb pool is empty.
 
-hpalloc is activated as a program would do it: hpalloc.python.install()
-plus hpalloc.numba.install() or hpalloc.torch.install() before the work.
-(When start-up activation covers these adapters, `hpctl run` is the same.)
-This file is also the worker (--worker).
+hpalloc is activated as a user would do it, from outside the unmodified
+program: `hpctl run --check` with HPALLOC_ADAPTERS=all (the raw domain,
+NumPy, Numba and PyTorch, each installed when the program imports it); the
+worker only checks that the adapters its workload needs are installed.
+--hpctl names the hpctl to use (default: the one on PATH); --pythonpath is
+given to it as HPALLOC_PYTHON_DIR.  This file is also the worker (--worker).
 """
 
 import argparse
@@ -50,7 +53,7 @@ def contenders():
         Contender("jemalloc", "jemalloc", preload=lib("libjemalloc.so.2")),
         Contender("mimalloc", "mimalloc, large OS pages", preload=lib("libmimalloc.so.2"),
                   env={"MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}),
-        Contender("hpalloc", "hpalloc adapters", hpalloc=True),
+        Contender("hpalloc", "hpalloc (hpctl run)", hpalloc=True),
     ]
 
 
@@ -62,14 +65,21 @@ WORKLOADS = {
 
 # ---- the worker ------------------------------------------------------------------
 
+def require_activated(*adapters):
+    """hpctl run activated these adapters in this process, or it is no
+    hpalloc row."""
+    import importlib
+    for name in adapters:
+        if not importlib.import_module("hpalloc." + name).installed():
+            raise SystemExit("hpalloc.%s is not installed: hpctl run did not "
+                             "activate it" % name)
+
+
 def numba_workload(use_hpalloc):
     import numpy as np
     from numba import njit
     if use_hpalloc:
-        import hpalloc.numba
-        import hpalloc.python
-        hpalloc.python.install()
-        hpalloc.numba.install()
+        require_activated("python", "numpy", "numba")
 
     @njit
     def ten_temporaries(a):
@@ -87,10 +97,7 @@ def torch_workload(use_hpalloc):
     import torch
     torch.set_num_threads(1)
     if use_hpalloc:
-        import hpalloc.python
-        import hpalloc.torch
-        hpalloc.python.install()
-        hpalloc.torch.install()
+        require_activated("python", "torch")
     a = torch.ones(N, dtype=torch.float64)
     b = torch.ones(N, dtype=torch.float64)
 
@@ -133,6 +140,11 @@ def run_one(workload, contender, args, base_env):
         env["LD_PRELOAD"] = contender.preload
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", workload,
            str(args.calls), "1" if contender.hpalloc else "0"]
+    if contender.hpalloc:
+        cmd = [args.hpctl, "run", "--check", "--"] + cmd
+        env["HPALLOC_ADAPTERS"] = "all"
+        if args.pythonpath:
+            env["HPALLOC_PYTHON_DIR"] = args.pythonpath
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError("%s/%s failed: %s" % (workload, contender.name, proc.stderr[-2000:]))
@@ -159,6 +171,7 @@ def main():
     parser.add_argument("--out", help="write the markdown table here too")
     parser.add_argument("--pythonpath", help="the build tree's python/inplace")
     parser.add_argument("--libdir", help="the build tree's lib/.libs")
+    parser.add_argument("--hpctl", default="hpctl", help="the hpctl that activates hpalloc")
     parser.add_argument("--contenders", help="comma-separated subset")
     parser.add_argument("--workloads", help="comma-separated subset of numba,torch")
     args = parser.parse_args()
