@@ -73,7 +73,9 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or exitstatus != 0:
+    # 5: nothing collected -- what pytest says of a file that skipped at
+    # module level (pytest.skip(..., allow_module_level=True)); a skip too
+    if reporter is None or exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
         return
     stats = reporter.stats
     ran = sum(len(stats.get(k, [])) for k in ("passed", "failed", "error", "xfailed", "xpassed"))
