@@ -64,7 +64,7 @@ static int child_overflow(void)
 	hp_knob_set("threshold", "1M");
 	hp_knob_set("cache_max", "0");
 	struct hp_stats st;
-	if (!fault_ring_ready_within(10000)) {
+	if (!harness_ring_ready_within(10000)) {
 		fprintf(stderr, "FAIL: io_uring is usable but the janitor set up no ring in 10 s\n");
 		return 1;
 	}

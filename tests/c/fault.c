@@ -143,20 +143,6 @@ int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *)
 	return real(t, attr, fn, arg);
 }
 
-bool fault_ring_ready_within(unsigned ms)
-{
-	struct timespec step = {.tv_nsec = 5 * 1000000};
-	for (unsigned waited = 0;; waited += 5) {
-		struct hp_stats st;
-		hp_stats_get(&st);
-		if (st.v[HP_STAT_URING_ACTIVE])
-			return true;
-		if (waited >= ms)
-			return false;
-		nanosleep(&step, NULL);
-	}
-}
-
 size_t fault_mapped_bytes(const void *addr, size_t len)
 {
 	uintptr_t lo = (uintptr_t)addr, hi = lo + len;

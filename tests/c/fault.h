@@ -34,11 +34,6 @@ void fault_ring_init_pause(unsigned ms);
 void fault_pthread_create(int err);
 
 /* Bytes of [addr, addr+len) that /proc/self/maps shows mapped. */
-/* Wait up to ms milliseconds for the janitor to publish its io_uring
- * (uring_active): it sets the ring up after the first hp_* call, and a free
- * before that is released synchronously.  False if it never did. */
-bool fault_ring_ready_within(unsigned ms);
-
 size_t fault_mapped_bytes(const void *addr, size_t len);
 /* Install a seccomp filter making io_uring_setup fail with EPERM (this
  * thread and its children; call in a child process).  0 or -1. */

@@ -37,24 +37,12 @@ static int count_uring_fds(void)
 	return n;
 }
 
-static bool wait_uring_active(void)
-{
-	for (int i = 0; i < 400; i++) {
-		struct hp_stats s;
-		hp_stats_get(&s);
-		if (s.v[HP_STAT_URING_ACTIVE])
-			return true;
-		harness_sleep_ms(5);
-	}
-	return false;
-}
-
 /* The grandchild: its own janitor, its own ring, nothing else. */
 static int child_counts(void)
 {
 	fault_ring_init_pause(0);
 	hp_free(hp_malloc(100)); /* starts this process's janitor */
-	if (!wait_uring_active()) {
+	if (!harness_ring_ready_within(2000)) {
 		fprintf(stderr, "child: its janitor set up no ring\n");
 		return 2;
 	}

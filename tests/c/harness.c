@@ -635,6 +635,17 @@ void harness_pools_restore(void)
 	}
 }
 
+bool harness_ring_ready_within(unsigned ms)
+{
+	for (unsigned waited = 0;; waited += 5) {
+		if (harness_stat(HP_STAT_URING_ACTIVE))
+			return true;
+		if (waited >= ms)
+			return false;
+		harness_sleep_ms(5);
+	}
+}
+
 /* ---- smaps, read independently of the library ------------------------------------ */
 static bool is_smaps_header(const char *line)
 {

@@ -37,7 +37,7 @@ static void test_partial_submit(void **state)
 	harness_knob("threshold", "1M");
 	harness_knob("cache_max", "0");
 	harness_knob("uring", "on");
-	if (!fault_ring_ready_within(10000))
+	if (!harness_ring_ready_within(10000))
 		fail_msg("io_uring is usable but the janitor set up no ring in 10 s");
 	for (int round = 0; round < 4; round++) {
 		unsigned char *a = hp_malloc(SIZE);

@@ -99,10 +99,7 @@ static void test_uring_on(void **state)
 	harness_knob("uring", "on");
 	/* the janitor sets the ring up after start-up: under ASan on a loaded
 	 * machine a free can come first and is then (rightly) synchronous */
-	uint64_t t0 = harness_now_ms();
-	while (!harness_stat(HP_STAT_URING_ACTIVE) && harness_now_ms() < t0 + 10000)
-		usleep(1000);
-	if (!harness_stat(HP_STAT_URING_ACTIVE))
+	if (!harness_ring_ready_within(10000))
 		fail_msg("the janitor set up no io_uring within 10 s");
 	assert_release(EXPECT_URING);
 }
