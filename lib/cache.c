@@ -66,6 +66,29 @@ struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t 
 	return NULL;
 }
 
+struct hp_block *cache_take_at_least(uint64_t kind, size_t len)
+{
+	for (int i = bucket_of(len); i < NBUCKETS; i++)
+		for (struct hp_block *b = buckets[i]; b; b = b->next)
+			if (b->kind == kind && b->map.len >= len) {
+				unlink_block(b);
+				return b;
+			}
+	return NULL;
+}
+
+/* A walk of the whole cache: only growth asks, and the cache holds few
+ * blocks (cache_max over threshold at most). */
+struct hp_block *cache_take_at(uint64_t family, const void *addr)
+{
+	for (struct hp_block *b = lru_newest; b; b = b->lru_prev)
+		if (b->family == family && b->map.addr == addr) {
+			unlink_block(b);
+			return b;
+		}
+	return NULL;
+}
+
 static struct hp_block *push(struct hp_block *list, struct hp_block *b)
 {
 	b->next = list;

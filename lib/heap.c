@@ -221,6 +221,99 @@ static int map_placed(struct plan p, size_t size, hp_numa_t numa, struct hp_map 
 	return -1;
 }
 
+/* ---- growth through the cache -------------------------------------------------------
+ * An array that grows (ndarray.resize, a buffer doubling) asks realloc for
+ * ever larger blocks.  Fresh pages cost a fault each, and on a VM that hands
+ * freed memory back to its host (free page reporting) they are the slowest
+ * pages to get, while the cache holds pages that are already there.  So
+ * growth takes those: a block that becomes huge by realloc is cut from the
+ * front of a cached THP block of any size (the rest stays cached), and a THP
+ * block grows in place over the cached piece that follows it.
+ *
+ * Pieces are cut so that each starts on a 2 MiB boundary (cut_len), keep the
+ * kind (backend, placement) and the family (the mmap they come from) of
+ * what they were cut from, and only a family's pieces are joined: they are
+ * one anonymous mapping to the kernel, so a joined block is one VMA again,
+ * which mremap needs to grow it further.  A block mapped before a fork is
+ * never cut or joined (inherited(): its pages are not this process's to
+ * cache).  Cutting and joining run outside hp_heap_lock on blocks that are
+ * in neither the cache nor the registry: the caller's alone. */
+
+static _Atomic uint64_t family_seq;
+
+/* The length of a piece cut to hold size: its guard page ends on a 2 MiB
+ * boundary, where the next piece starts. */
+static size_t cut_len(size_t size)
+{
+	return hp_align_up(size + HP_THP_GUARD, HP_THP_SIZE) - HP_THP_GUARD;
+}
+
+static void cache_put_unlocked(struct hp_block *b)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	release_adopt(cache_put(b, hp_now_ms()));
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(false);
+}
+
+/* THP block b keeps what holds size; a tail of 2 MiB or more goes to the
+ * cache.  Best effort: b may stay whole (no memory for the record, or the
+ * mprotect failed) -- larger than asked, never wrong. */
+static void cut_tail(struct hp_block *b, size_t size)
+{
+	size_t len = cut_len(size);
+	if (len + HP_THP_GUARD + HP_THP_SIZE > b->map.len)
+		return;
+	struct hp_block *tail = calloc(1, sizeof(*tail));
+	if (!tail)
+		return;
+	if (os_thp_split(&b->map, len, &tail->map) < 0) {
+		free(tail);
+		return;
+	}
+	tail->kind = b->kind;
+	tail->family = b->family;
+	tail->fork_gen = b->fork_gen;
+	tail->dirty = true;
+	stat_sub(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* a page became b's guard */
+	cache_put_unlocked(tail);
+}
+
+/* A THP block for size cut from the front of a larger cached one. */
+static struct hp_block *thp_cut_from_cache(size_t size, hp_numa_t numa)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	struct hp_block *b = cache_take_at_least(cache_kind(HP_BACKEND_THP, numa), cut_len(size));
+	pthread_mutex_unlock(&hp_heap_lock);
+	if (b)
+		cut_tail(b, size);
+	return b;
+}
+
+/* THP block b (the caller's) grown toward size over the cached pieces of its
+ * family that follow it; what it took beyond size back into the cache. */
+static void grow_over_cache(struct hp_block *b, size_t size)
+{
+	bool grew = false;
+
+	while (b->map.len < size) {
+		pthread_mutex_lock(&hp_heap_lock);
+		struct hp_block *next = cache_take_at(b->family, os_thp_end(&b->map));
+		pthread_mutex_unlock(&hp_heap_lock);
+		if (!next)
+			break;
+		if (os_thp_join(&b->map, &next->map) < 0) {
+			cache_put_unlocked(next);
+			break;
+		}
+		stat_add(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* b's guard is a page of it again */
+		free(next);
+		grew = true;
+	}
+	if (grew)
+		cut_tail(b, size);
+}
+
 static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
@@ -234,6 +327,7 @@ static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 	}
 	b->map = m;
 	b->kind = cache_kind(m.backend, m.numa); /* neither changes while it lives */
+	b->family = atomic_fetch_add_explicit(&family_seq, 1, memory_order_relaxed) + 1;
 	b->fork_gen = heap_fork_gen;
 	stat_add(HP_STAT_MAPPED_BYTES, m.len);
 	return b;
@@ -273,10 +367,13 @@ static void *publish_block(struct hp_block *b)
 /* Larger than any x86-64 address space: refuse before rounding can wrap. */
 #define HP_MAX_BLOCK ((size_t)1 << 46)
 
-/* A THP block: cached, else fresh. */
-static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
+/* A THP block: cached, else (for growth) cut from a larger cached one,
+ * else fresh. */
+static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool grow, bool *cached)
 {
 	struct hp_block *b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
+	if (!b && grow)
+		b = thp_cut_from_cache(size, numa);
 	*cached = b != NULL;
 	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, numa);
 }
@@ -284,7 +381,7 @@ static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
 /* Where a block comes from, in order: the cache (any kind the knobs
  * accept, placed as wanted), a fresh mapping of the planned kind, then
  * the fallback -- whose THP blocks are again cached ones first. */
-static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached)
+static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool grow, bool *cached)
 {
 	hp_numa_t numa = numa_of(ctx);
 	struct hp_block *b = take_cached(size, ctx, numa);
@@ -292,7 +389,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 		return b;
 	struct plan p = plan_for(size, ctx, numa);
 	if (p.backend == HP_BACKEND_THP)
-		return thp_block(size, numa, cached);
+		return thp_block(size, numa, grow, cached);
 	b = new_block_reclaiming(p, size, numa);
 	if (b)
 		return b;
@@ -300,13 +397,14 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	if (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) != FALLBACK_THP)
 		return NULL;
 	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-	return thp_block(size, numa, cached);
+	return thp_block(size, numa, grow, cached);
 }
 
 /* The huge path alone: a published block, or NULL -- with *to_small set
  * when fallback=small sends the request to the ordinary path (the caller
- * decides whose ordinary path), else ENOMEM. */
-static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
+ * decides whose ordinary path), else ENOMEM.  grow: for a realloc that
+ * grows (see growth through the cache). */
+static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool grow, bool *to_small)
 {
 	HP_ERRNO_SAVE; /* pool probes and fallbacks leave theirs */
 	bool cached;
@@ -314,7 +412,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	*to_small = false;
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
-	struct hp_block *b = huge_block(size, ctx, &cached);
+	struct hp_block *b = huge_block(size, ctx, grow, &cached);
 	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
 	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
@@ -331,10 +429,10 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	return publish_block(b);
 }
 
-static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
+static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero, bool grow)
 {
 	bool to_small;
-	void *p = huge_try(size, ctx, zero, &to_small);
+	void *p = huge_try(size, ctx, zero, grow, &to_small);
 	return to_small ? small_alloc(size, zero) : p;
 }
 
@@ -401,7 +499,7 @@ void *hp_malloc(size_t size)
 	hp_init();
 	if (likely(!wants_huge(size)))
 		return small_alloc(size, false);
-	return huge_alloc(size, NULL, false);
+	return huge_alloc(size, NULL, false, false);
 }
 
 void *hp_calloc(size_t nmemb, size_t size)
@@ -413,7 +511,7 @@ void *hp_calloc(size_t nmemb, size_t size)
 		return fail_enomem();
 	if (likely(!wants_huge(total)))
 		return small_alloc(total, true);
-	return huge_alloc(total, NULL, true);
+	return huge_alloc(total, NULL, true, false);
 }
 
 void hp_free(void *ptr)
@@ -457,23 +555,40 @@ size_t hp_usable_size(const void *ptr)
 }
 
 /* A new block through ctx: huge when forced or at least threshold. */
-static void *alloc_ctx(size_t size, const struct hp_ctx *ctx, bool zero)
+static void *alloc_ctx(size_t size, const struct hp_ctx *ctx, bool zero, bool grow)
 {
 	if (forced(ctx) || wants_huge(size))
-		return huge_alloc(size, ctx, zero);
+		return huge_alloc(size, ctx, zero, grow);
 	return small_alloc(size, zero);
 }
 
 /* Copy into a new allocation of the current routing, free the old one. */
 static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const struct hp_ctx *ctx)
 {
-	void *np = alloc_ctx(size, ctx, false);
+	void *np = alloc_ctx(size, ctx, false, size > old_usable);
 	if (!np)
 		return NULL;
 	memcpy(np, ptr, old_usable < size ? old_usable : size);
 	stat_add(HP_STAT_REALLOC_COPIES, 1);
 	hp_free(ptr);
 	return np;
+}
+
+/* THP block b (out of the registry) resized to hold size: grown over the
+ * cached pieces that follow it, and what is left to do by mremap (fresh
+ * pages to grow; a shrink gives its tail back to the kernel, as a program
+ * that shrinks an array expects, not to the cache). */
+static int resize_thp(struct hp_block *b, size_t size)
+{
+	if (size > b->map.len && !inherited(b))
+		grow_over_cache(b, size);
+	if (size <= b->map.len && size >= b->map.len / 2)
+		return 0;
+	size_t old_len = b->map.len;
+	int rc = os_remap_thp(&b->map, size);
+	stat_sub(HP_STAT_MAPPED_BYTES, old_len);
+	stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
+	return rc;
 }
 
 /* A huge block that stays huge, resized without copying when it can be:
@@ -492,11 +607,8 @@ static void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ct
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_find(b->map.addr, true);
 	pthread_mutex_unlock(&hp_heap_lock);
-	size_t old_len = b->map.len;
 	stats_block_live(b, false);
-	int rc = os_remap_thp(&b->map, size);
-	stat_sub(HP_STAT_MAPPED_BYTES, old_len);
-	stat_add(HP_STAT_MAPPED_BYTES, b->map.len);
+	int rc = resize_thp(b, size);
 	void *p = publish_block(b); /* old or new place, always registered */
 	if (rc != 0)
 		return NULL; /* could not grow (address space): copy */
@@ -520,7 +632,7 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 {
 	hp_init();
 	if (!ptr)
-		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
+		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false, false);
 	if (size == 0)
 		size = 1; /* keep a valid block: NumPy never expects NULL here */
 	struct hp_block *b = lookup(ptr);
@@ -548,7 +660,7 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);
 	if (!ctx)
 		return NULL;
-	return huge_alloc(size ? size : 1, ctx, zero != 0);
+	return huge_alloc(size ? size : 1, ctx, zero != 0, false);
 }
 
 /* ---- NEP 49 entry points ---------------------------------------------------------- */
@@ -622,7 +734,7 @@ void *hp_ctx_malloc(void *ctx, size_t size)
 	if (!ctx)
 		return hp_malloc(size);
 	hp_init();
-	return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
+	return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false, false);
 }
 
 void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
@@ -633,7 +745,7 @@ void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
 	hp_init();
 	if (__builtin_mul_overflow(nelem, elsize, &total))
 		return fail_enomem();
-	return alloc_ctx(forced(ctx) && !total ? 1 : total, ctx, true);
+	return alloc_ctx(forced(ctx) && !total ? 1 : total, ctx, true, false);
 }
 
 void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size)
@@ -689,7 +801,7 @@ static int huge_alloc_work(void *ctx, size_t size, size_t alignment, int zero, v
 	hp_init();
 	if (!(forced(ctx) || wants_huge(size)) || !huge_alignment_ok(alignment))
 		return 1;
-	void *p = huge_try(size ? size : 1, ctx, zero != 0, &to_small);
+	void *p = huge_try(size ? size : 1, ctx, zero != 0, false, &to_small);
 	if (!p)
 		return to_small ? 1 : -1;
 	*out = p;
@@ -733,7 +845,7 @@ static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 		HP_ERRNO_RESTORE;
 		return 0;
 	}
-	np = huge_try(size, ctx, false, &to_small);
+	np = huge_try(size, ctx, false, size > b->map.len, &to_small);
 	if (!np)
 		return to_small ? 1 : -1;
 	memcpy(np, ptr, b->map.len < size ? b->map.len : size);

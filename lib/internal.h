@@ -155,6 +155,22 @@ HP_HIDDEN int os_unmap(const struct hp_map *m);
 /* Grow a THP mapping without copying (in place, else moved to a 2 MiB
  * aligned place).  On success *m is updated. */
 HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
+/* A THP mapping is followed by a PROT_NONE guard page (os.c says why). */
+#define HP_THP_GUARD HP_BASE_PAGE
+/* Where the next piece of a cut THP mapping would start. */
+static inline char *os_thp_end(const struct hp_map *m)
+{
+	return (char *)m->addr + m->len + HP_THP_GUARD;
+}
+/* Cut a THP mapping in two without a page moving: *m keeps its first
+ * front_len bytes (front_len + guard a multiple of 2 MiB, so *back starts
+ * on a 2 MiB boundary) and the page after them becomes its guard; *back
+ * gets the rest, with the old guard.  To the kernel they stay pieces of
+ * one mapping: os_thp_join() makes them one VMA again. */
+HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back);
+/* *front grows over its guard onto *back, which starts at os_thp_end(front)
+ * and was cut from the same mapping. */
+HP_HIDDEN int os_thp_join(struct hp_map *front, const struct hp_map *back);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
@@ -188,6 +204,7 @@ struct hp_block {
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	uint64_t kind;            /* cache_kind() of its map           */
+	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
 	struct hp_block *prev, *next; /* cache bucket; release hand-off   */
 	struct hp_block *lru_prev, *lru_next; /* cache LRU; in-ring list */
@@ -216,6 +233,10 @@ HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_p
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
+/* For growth, which cuts what it takes (heap.c): a block of kind at least
+ * len long, whatever it wastes; the block of family starting at addr. */
+HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
+HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- shared.c ---------------------------------------------------------------- */

@@ -36,7 +36,7 @@
 /* THP mappings are followed by one PROT_NONE guard page: it keeps the
  * kernel from merging neighbouring blocks into one VMA (so smaps reports
  * each block on its own) and turns an overrun into a fault. */
-#define GUARD HP_BASE_PAGE
+#define GUARD HP_THP_GUARD
 
 #define MAX_PAGESIZES 4
 static size_t pagesizes[MAX_PAGESIZES]; /* hugetlb sizes, descending */
@@ -287,6 +287,45 @@ int os_populate(const struct hp_map *m)
 		return 0; /* EINVAL: a kernel before 5.14 cannot; first touch will */
 	hp_log(1, "faulting in %p (%zu bytes) failed: %s", m->addr, m->len, strerror(errno));
 	return -1;
+}
+
+int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
+{
+	char *p = m->addr;
+
+	if (m->backend != HP_BACKEND_THP || front_len % HP_BASE_PAGE ||
+	    (front_len + GUARD) % HP_THP_SIZE || front_len + GUARD >= m->len) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* the page becomes a guard with its contents: no syscall to drop them,
+	 * and a join reopens it as it was */
+	if (mprotect(p + front_len, GUARD, PROT_NONE) < 0)
+		return -1;
+	*back = *m;
+	back->addr = p + front_len + GUARD;
+	back->len = m->len - front_len - GUARD;
+	m->len = front_len;
+	return 0;
+}
+
+int os_thp_join(struct hp_map *front, const struct hp_map *back)
+{
+	char *guard = (char *)front->addr + front->len;
+
+	if (front->backend != HP_BACKEND_THP || back->backend != HP_BACKEND_THP ||
+	    guard + GUARD != (char *)back->addr) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (mprotect(guard, GUARD, PROT_READ | PROT_WRITE) < 0)
+		return -1;
+	front->len += GUARD + back->len;
+	/* the cut had the kernel map the huge page holding the guard with 4 KiB
+	 * entries (a page of it changed protection): one huge mapping again,
+	 * best effort (MADV_COLLAPSE: Linux 6.1) */
+	madvise(guard + GUARD - HP_THP_SIZE, HP_THP_SIZE, MADV_COLLAPSE);
+	return 0;
 }
 
 static int shrink_thp(struct hp_map *m, size_t new_len)
