@@ -136,18 +136,88 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	return out;
 }
 
-/* Blocks idle past cache_decay_ms, and any excess over a lowered cache_max. */
+/* ---- decay that learns -------------------------------------------------------
+ * cache_decay_ms is how long an idle block stays when giving it back costs
+ * nothing.  A program that maps fresh memory after the cache gave some back
+ * (within the window, DECAY_GROWTH times the knob: a test suite's next test
+ * seconds later) pays twice -- the release, then the faults; on a VM that
+ * reports freed pages to its host, pages that must come back from the host.
+ * Each such miss doubles the decay in force, up to
+ * DECAY_GROWTH times the knob; a decay after a whole window without one
+ * halves it, down to the knob.  So a program that keeps coming back for
+ * memory keeps it, one that is done with it gets it back within a few
+ * windows, and cache_max bounds both.  The decay in force is the gauge
+ * cache_decay_ms_in_force; changing any knob starts over from the knob. */
+#define DECAY_GROWTH 32
+
+static uint64_t decay_knob_seen, decay_ms;
+static uint64_t last_decay_ms, last_regret_ms; /* 0: none yet */
+
+static void set_decay(uint64_t ms)
+{
+	decay_ms = ms;
+	atomic_store_explicit(&hp_counters[HP_STAT_CACHE_DECAY_MS], ms, memory_order_relaxed);
+}
+
+/* Any knob change (the generation moves) starts over from the knob. */
+static uint64_t decay_in_force(void)
+{
+	static uint64_t gen_seen = UINT64_MAX;
+	uint64_t gen = atomic_load_explicit(&hp_counters[HP_STAT_CONFIG_GENERATION], memory_order_relaxed);
+	if (gen != gen_seen) {
+		gen_seen = gen;
+		decay_knob_seen = atomic_load_explicit(&hp_cfg.cache_decay_ms, memory_order_relaxed);
+		set_decay(decay_knob_seen);
+		last_decay_ms = last_regret_ms = 0;
+	}
+	return decay_ms;
+}
+
+static uint64_t window_ms(void)
+{
+	return decay_knob_seen * DECAY_GROWTH;
+}
+
+void cache_missed(uint64_t now_ms)
+{
+	uint64_t decay = decay_in_force();
+	if (!last_decay_ms || now_ms - last_decay_ms > window_ms())
+		return;
+	last_regret_ms = now_ms;
+	if (decay < window_ms()) {
+		set_decay(decay * 2 < window_ms() ? decay * 2 : window_ms());
+		hp_log(2, "fresh memory %llu ms after a decay: cached blocks now decay after %llu ms",
+		       (unsigned long long)(now_ms - last_decay_ms), (unsigned long long)decay_ms);
+	}
+}
+
+static void decayed(uint64_t now_ms)
+{
+	if (decay_ms > decay_knob_seen && (!last_regret_ms || now_ms - last_regret_ms > window_ms())) {
+		set_decay(decay_ms / 2 > decay_knob_seen ? decay_ms / 2 : decay_knob_seen);
+		last_regret_ms = now_ms; /* the next halving a window later */
+		hp_log(2, "no fresh memory needed for a while: cached blocks now decay after %llu ms",
+		       (unsigned long long)decay_ms);
+	}
+	last_decay_ms = now_ms;
+}
+
+/* Blocks idle past the decay in force, and any excess over a lowered cache_max. */
 struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
-	uint64_t decay = atomic_load_explicit(&hp_cfg.cache_decay_ms, memory_order_relaxed);
+	uint64_t decay = decay_in_force();
 	struct hp_block *out = trim_to(atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed), NULL);
+	bool any = false;
 
 	while (lru_oldest && lru_oldest->cached_at_ms + decay <= now_ms) {
 		struct hp_block *b = lru_oldest;
 		unlink_block(b);
 		stat_add(HP_STAT_CACHE_DECAYS, 1);
 		out = push(out, b);
+		any = true;
 	}
+	if (any)
+		decayed(now_ms);
 	*next_deadline_ms = lru_oldest ? lru_oldest->cached_at_ms + decay : UINT64_MAX;
 	return out;
 }

@@ -330,6 +330,9 @@ static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 	b->family = atomic_fetch_add_explicit(&family_seq, 1, memory_order_relaxed) + 1;
 	b->fork_gen = heap_fork_gen;
 	stat_add(HP_STAT_MAPPED_BYTES, m.len);
+	pthread_mutex_lock(&hp_heap_lock);
+	cache_missed(hp_now_ms()); /* the decay learns from fresh mappings */
+	pthread_mutex_unlock(&hp_heap_lock);
 	return b;
 }
 

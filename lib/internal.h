@@ -232,6 +232,8 @@ HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_p
 /* Takes ownership; returns blocks pushed out (to release after unlocking). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
+/* A block had to be mapped afresh: the decay in force learns from it. */
+HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
 /* For growth, which cuts what it takes (heap.c): a block of kind at least
  * len long, whatever it wastes; the block of family starting at addr. */

@@ -123,21 +123,30 @@ static void test_cache_max_zero(void **state)
 /* Waits, asking only the kernel (no call into the library, which could do
  * the release itself), until nothing of [p, p+len) is mapped any more;
  * returns the milliseconds since `freed_ms`, or fails the test once the
- * bound is over. */
-static uint64_t wait_unmapped(const void *p, size_t len, uint64_t freed_ms)
+ * bound is over.  The decay is the one in force at the free (the gauge:
+ * DECAY_MS unless the cache learnt a longer one). */
+static uint64_t wait_unmapped(const void *p, size_t len, uint64_t freed_ms, uint64_t decay)
 {
-	uint64_t now;
+	uint64_t now, bound = decay + (DECAY_BOUND_MS - DECAY_MS);
 
-	while ((now = harness_now_ms()) < freed_ms + DECAY_BOUND_MS && harness_mapped(p, len))
+	while ((now = harness_now_ms()) < freed_ms + bound && harness_mapped(p, len))
 		harness_sleep_ms(5);
 	size_t left = harness_mapped(p, len);
 	if (left)
-		fail_msg("%zu bytes still mapped %llu ms after the free (decay %d ms)", left,
-			 (unsigned long long)(now - freed_ms), DECAY_MS);
-	print_message("decayed and unmapped %llu ms after the free (decay %d ms)\n",
-		      (unsigned long long)(now - freed_ms), DECAY_MS);
-	assert_true(now - freed_ms + 10 >= DECAY_MS); /* not before its time */
+		fail_msg("%zu bytes still mapped %llu ms after the free (decay %llu ms)", left,
+			 (unsigned long long)(now - freed_ms), (unsigned long long)decay);
+	print_message("decayed and unmapped %llu ms after the free (decay %llu ms)\n",
+		      (unsigned long long)(now - freed_ms), (unsigned long long)decay);
+	assert_true(now - freed_ms + 10 >= decay); /* not before its time */
 	return now - freed_ms;
+}
+
+/* The decay in force, read right after a free. */
+static uint64_t decay_now(void)
+{
+	uint64_t d = harness_stat(HP_STAT_CACHE_DECAY_MS);
+	assert_true(d >= DECAY_MS);
+	return d;
 }
 
 static void test_decay_releases_rss(void **state)
@@ -159,11 +168,12 @@ static void test_decay_releases_rss(void **state)
 	uint64_t released = harness_stat(HP_STAT_RELEASED_BYTES);
 	uint64_t freed = harness_now_ms();
 	hp_free(p);
+	uint64_t decay = decay_now();
 	/* freed into the cache, not released yet: pages still resident */
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) >= size);
 	assert_int_equal(harness_smaps_range(p, size, &range), 0);
 	assert_true(range.rss >= size);
-	wait_unmapped(p, size, freed);
+	wait_unmapped(p, size, freed, decay);
 	size_t rss2 = harness_statm_rss();
 	assert_true(rss2 + size - 4 * MiB <= rss1);
 	assert_true(harness_stat(HP_STAT_CACHE_DECAYS) > decays);
@@ -193,12 +203,13 @@ static void test_decay_returns_hugetlb_pages(void **state)
 	uint64_t decays = harness_stat(HP_STAT_CACHE_DECAYS);
 	uint64_t freed = harness_now_ms();
 	hp_free(p);
+	uint64_t decay = decay_now();
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) >= 8 * MiB);
 	/* cached: the pool pages stay with the block */
 	assert_int_equal(harness_smaps_range(p, 8 * MiB, &range), 0);
 	assert_int_equal(range.hugetlb, 8 * MiB);
 	assert_int_equal(harness_pool_available(2 * MiB), 4);
-	wait_unmapped(p, 8 * MiB, freed);
+	wait_unmapped(p, 8 * MiB, freed, decay);
 	assert_int_equal(harness_pool_available(2 * MiB), 8);
 	assert_true(harness_stat(HP_STAT_CACHE_DECAYS) > decays);
 }
@@ -213,8 +224,12 @@ static void test_decay_returns_hugetlb_pages(void **state)
 static void test_reuse_before_decay(void **state)
 {
 	(void)state;
-	thp_cache_knobs("1G", "300");
 	for (int round = 0; round < 3; round++) {
+		/* each round from the knob's decay: mapping a and b right after
+		 * the last round's decay would teach the cache a longer one (a
+		 * knob change starts over) */
+		thp_cache_knobs("1G", "1000");
+		thp_cache_knobs("1G", "300");
 		unsigned char *a = hp_malloc(8 * MiB);
 		unsigned char *b = hp_malloc(16 * MiB);
 		assert_non_null(a);
@@ -227,6 +242,7 @@ static void test_reuse_before_decay(void **state)
 		uint64_t freed = harness_now_ms();
 		hp_free(a);
 		hp_free(b);
+		uint64_t decay = decay_now();
 		unsigned char *again = hp_malloc(8 * MiB);
 		uint64_t reused_after = harness_now_ms() - freed;
 		assert_true(reused_after < DECAY_MS); /* premise: before the deadline */
@@ -234,7 +250,7 @@ static void test_reuse_before_decay(void **state)
 		assert_ptr_equal(again, a);
 		assert_filled(again, 8 * MiB, (uint64_t)round);
 
-		wait_unmapped(b, 16 * MiB, freed);
+		wait_unmapped(b, 16 * MiB, freed, decay);
 		assert_int_equal(harness_stat(HP_STAT_CACHE_DECAYS), decays + 1);
 		struct harness_smaps range;
 		assert_int_equal(harness_mapped(again, 8 * MiB), 8 * MiB);
@@ -247,6 +263,54 @@ static void test_reuse_before_decay(void **state)
 	}
 }
 
+/* The decay learns (lib/cache.c): a fresh mapping soon after a decay
+ * doubles the decay in force, up to 32 times the knob; a decay after a
+ * whole window (32 times the knob) without one halves it; a knob change
+ * starts over.  Decays still come, at the decay in force. */
+static void test_decay_learns(void **state)
+{
+	(void)state;
+	const uint64_t knob = 20;
+	thp_cache_knobs("1G", "20");
+	uint64_t want = knob;
+	for (int i = 0; i < 3; i++) {
+		void *p = hp_malloc(8 * MiB); /* a miss: after a decay from i = 1 on */
+		assert_non_null(p);
+		if (i > 0)
+			want *= 2;
+		assert_int_equal(harness_stat(HP_STAT_CACHE_DECAY_MS), want);
+		uint64_t freed = harness_now_ms();
+		hp_free(p);
+		uint64_t took = wait_unmapped(p, 8 * MiB, freed, want);
+		assert_true(took + 10 >= want);
+	}
+	assert_int_equal(want, 4 * knob);
+
+	/* a whole window without a fresh mapping: the next decay halves it */
+	void *x = hp_malloc(8 * MiB), *y = hp_malloc(8 * MiB);
+	assert_non_null(x);
+	assert_non_null(y);
+	want = harness_stat(HP_STAT_CACHE_DECAY_MS); /* x and y were misses too */
+	assert_true(want <= 32 * knob);
+	harness_sleep_ms(32 * knob + 50);
+	uint64_t freed = harness_now_ms();
+	hp_free(x);
+	wait_unmapped(x, 8 * MiB, freed, want);
+	assert_int_equal(harness_stat(HP_STAT_CACHE_DECAY_MS), want / 2 > knob ? want / 2 : knob);
+
+	/* a knob change starts over */
+	hp_free(y);
+	hp_cache_flush();
+	hp_release_drain();
+	harness_knob("cache_decay_ms", "300");
+	void *z = hp_malloc(8 * MiB);
+	assert_non_null(z);
+	assert_int_equal(harness_stat(HP_STAT_CACHE_DECAY_MS), 300);
+	hp_free(z);
+	hp_cache_flush();
+	hp_release_drain();
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +320,7 @@ int main(int argc, char **argv)
 		HTEST(test_decay_releases_rss),
 		HTEST(test_decay_returns_hugetlb_pages),
 		HTEST(test_reuse_before_decay),
+		HTEST(test_decay_learns),
 	};
 
 	harness_init(argc, argv);
