@@ -81,7 +81,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
-		"cached blocks idle longer than this many milliseconds are released",
+		"cached blocks idle longer than this many milliseconds are released (up to 32 times longer while the program keeps mapping fresh memory soon after a release)",
 		"an integer number of milliseconds, 0..3600000", NULL, "1000",
 		0, 3600000, parse_integer, format_integer},
 	[KNOB_URING] = {"uring", "choice",
