@@ -198,6 +198,8 @@ enum hp_stat {
 	HP_STAT_SHARED_FALLBACKS,   /* shared blocks not on hugetlb: pool short */
 	HP_STAT_NUMA_REFUSED,       /* blocks unmapped: their placement could not be applied */
 	HP_STAT_CACHE_DECAY_MS,     /* gauge: the decay in force, cache_decay_ms or more (learnt) */
+	HP_STAT_CACHE_CUTS,         /* cached blocks cut to serve a smaller request */
+	HP_STAT_CACHE_JOINS,        /* cached pieces joined to serve a larger one */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

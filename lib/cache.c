@@ -77,15 +77,71 @@ struct hp_block *cache_take_at_least(uint64_t kind, size_t len)
 	return NULL;
 }
 
-/* A walk of the whole cache: only growth asks, and the cache holds few
- * blocks (cache_max over threshold at most). */
-struct hp_block *cache_take_at(uint64_t family, const void *addr)
+/* Walks of the whole cache: only growth and the pieces' path (heap.c) ask,
+ * both instead of mapping fresh memory, and the cache holds few blocks
+ * (cache_max over threshold at most). */
+static struct hp_block *find_at(uint64_t family, const void *addr)
 {
 	for (struct hp_block *b = lru_newest; b; b = b->lru_prev)
-		if (b->family == family && b->map.addr == addr) {
-			unlink_block(b);
+		if (b->family == family && b->map.addr == addr)
 			return b;
-		}
+	return NULL;
+}
+
+struct hp_block *cache_take_at(uint64_t family, const void *addr)
+{
+	struct hp_block *b = find_at(family, addr);
+	if (b)
+		unlink_block(b);
+	return b;
+}
+
+/* The cached piece of b's family that b follows: it ends (guard included)
+ * where b starts. */
+static struct hp_block *find_before(const struct hp_block *b)
+{
+	for (struct hp_block *a = lru_newest; a; a = a->lru_prev)
+		if (a->family == b->family && os_thp_end(&a->map) == (char *)b->map.addr)
+			return a;
+	return NULL;
+}
+
+/* The pieces of a run from its first up to the one that makes it span len,
+ * out of the cache and linked by ->next in address order. */
+static struct hp_block *take_run_from(struct hp_block *first, size_t len)
+{
+	struct hp_block *head = NULL, **tail = &head;
+
+	for (struct hp_block *b = first, *next; b; b = next) {
+		next = find_at(b->family, os_thp_end(&b->map));
+		unlink_block(b);
+		*tail = b;
+		tail = &b->next;
+		if ((size_t)((char *)b->map.addr + b->map.len - (char *)first->map.addr) >= len)
+			break;
+	}
+	*tail = NULL;
+	return head;
+}
+
+struct hp_block *cache_take_run(uint64_t kind, size_t len)
+{
+	size_t total = 0;
+	for (struct hp_block *b = lru_newest; b; b = b->lru_prev)
+		if (b->kind == kind)
+			total += b->map.len + HP_THP_GUARD;
+	if (total < len)
+		return NULL; /* the common case of a miss: one pass */
+	/* the newest first: its pages are the likeliest to be warm */
+	for (struct hp_block *first = lru_newest; first; first = first->lru_prev) {
+		if (first->kind != kind || find_before(first))
+			continue; /* not the start of a run */
+		size_t span = first->map.len;
+		for (struct hp_block *b = first; span < len && (b = find_at(b->family, os_thp_end(&b->map)));)
+			span = (size_t)((char *)b->map.addr + b->map.len - (char *)first->map.addr);
+		if (span >= len)
+			return take_run_from(first, len);
+	}
 	return NULL;
 }
 

@@ -221,14 +221,23 @@ static int map_placed(struct plan p, size_t size, hp_numa_t numa, struct hp_map 
 	return -1;
 }
 
-/* ---- growth through the cache -------------------------------------------------------
- * An array that grows (ndarray.resize, a buffer doubling) asks realloc for
- * ever larger blocks.  Fresh pages cost a fault each, and on a VM that hands
- * freed memory back to its host (free page reporting) they are the slowest
- * pages to get, while the cache holds pages that are already there.  So
- * growth takes those: a block that becomes huge by realloc is cut from the
- * front of a cached THP block of any size (the rest stays cached), and a THP
- * block grows in place over the cached piece that follows it.
+/* ---- pieces: the cache's THP memory serves any size ----------------------------------
+ * Fresh pages cost a fault each and the kernel zeroes every one of them
+ * (in a program with many arrays of a few MiB, most of its system time);
+ * on a VM that hands freed memory back to its host (free page reporting)
+ * they are also the slowest pages to get.  The cache holds pages that are
+ * already there, but a block serves only a request of about its own size
+ * (cache.c's fits()).  So before anything is mapped afresh, a THP request
+ * takes the cache's memory in pieces, as a heap would:
+ *   - cut: the front of the smallest cached THP block that holds it (the
+ *     rest stays cached);
+ *   - join: else a run of cached pieces that lie side by side in one
+ *     mapping, made one block again, and cut.
+ * And an array that grows (ndarray.resize, a buffer doubling) grows in place
+ * over the cached piece that follows it.  Joining is lazy -- a freed piece
+ * is cached as it is -- so a program repeating the same sizes gets exact
+ * fits with no syscall, and only a request that no block holds pays the
+ * mprotects of a join.
  *
  * Pieces are cut so that each starts on a 2 MiB boundary (cut_len), keep the
  * kind (backend, placement) and the family (the mmap they come from) of
@@ -276,15 +285,56 @@ static void cut_tail(struct hp_block *b, size_t size)
 	tail->fork_gen = b->fork_gen;
 	tail->dirty = true;
 	stat_sub(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* a page became b's guard */
+	stat_add(HP_STAT_CACHE_CUTS, 1);
 	cache_put_unlocked(tail);
 }
 
-/* A THP block for size cut from the front of a larger cached one. */
-static struct hp_block *thp_cut_from_cache(size_t size, hp_numa_t numa)
+/* b (the caller's) joined with the piece that follows it; false and both
+ * unchanged if the kernel refused. */
+static bool join_next(struct hp_block *b, struct hp_block *next)
 {
+	if (os_thp_join(&b->map, &next->map) < 0)
+		return false;
+	stat_add(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* b's guard is a page of it again */
+	stat_add(HP_STAT_CACHE_JOINS, 1);
+	free(next);
+	return true;
+}
+
+/* The run of pieces (linked in address order) made one block.  If a join
+ * fails, the pieces not joined go back to the cache and the block is as
+ * long as the joins made it. */
+static struct hp_block *join_run(struct hp_block *run)
+{
+	struct hp_block *b = run, *next;
+
+	for (run = run->next; run; run = next) {
+		next = run->next;
+		if (!join_next(b, run))
+			break;
+	}
+	b->next = NULL;
+	for (; run; run = next) {
+		next = run->next;
+		cache_put_unlocked(run);
+	}
+	return b;
+}
+
+/* A THP block for size from the cache's pieces (see above), or NULL. */
+static struct hp_block *thp_from_pieces(size_t size, hp_numa_t numa)
+{
+	uint64_t kind = cache_kind(HP_BACKEND_THP, numa);
+	size_t need = hp_align_up(size, HP_BASE_PAGE);
+
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = cache_take_at_least(cache_kind(HP_BACKEND_THP, numa), cut_len(size));
+	struct hp_block *b = cache_take_at_least(kind, need);
+	struct hp_block *run = b ? NULL : cache_take_run(kind, need);
 	pthread_mutex_unlock(&hp_heap_lock);
+	if (run && (b = join_run(run))->map.len < need) {
+		cache_put_unlocked(b); /* a join failed short of size */
+		return NULL;
+	}
 	if (b)
 		cut_tail(b, size);
 	return b;
@@ -302,12 +352,10 @@ static void grow_over_cache(struct hp_block *b, size_t size)
 		pthread_mutex_unlock(&hp_heap_lock);
 		if (!next)
 			break;
-		if (os_thp_join(&b->map, &next->map) < 0) {
+		if (!join_next(b, next)) {
 			cache_put_unlocked(next);
 			break;
 		}
-		stat_add(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* b's guard is a page of it again */
-		free(next);
 		grew = true;
 	}
 	if (grew)
@@ -370,13 +418,12 @@ static void *publish_block(struct hp_block *b)
 /* Larger than any x86-64 address space: refuse before rounding can wrap. */
 #define HP_MAX_BLOCK ((size_t)1 << 46)
 
-/* A THP block: cached, else (for growth) cut from a larger cached one,
- * else fresh. */
-static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool grow, bool *cached)
+/* A THP block: cached, else from the cache's pieces, else fresh. */
+static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
 {
 	struct hp_block *b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
-	if (!b && grow)
-		b = thp_cut_from_cache(size, numa);
+	if (!b)
+		b = thp_from_pieces(size, numa);
 	*cached = b != NULL;
 	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, numa);
 }
@@ -384,7 +431,7 @@ static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool grow, bool *
 /* Where a block comes from, in order: the cache (any kind the knobs
  * accept, placed as wanted), a fresh mapping of the planned kind, then
  * the fallback -- whose THP blocks are again cached ones first. */
-static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool grow, bool *cached)
+static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached)
 {
 	hp_numa_t numa = numa_of(ctx);
 	struct hp_block *b = take_cached(size, ctx, numa);
@@ -392,7 +439,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool g
 		return b;
 	struct plan p = plan_for(size, ctx, numa);
 	if (p.backend == HP_BACKEND_THP)
-		return thp_block(size, numa, grow, cached);
+		return thp_block(size, numa, cached);
 	b = new_block_reclaiming(p, size, numa);
 	if (b)
 		return b;
@@ -400,14 +447,13 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool g
 	if (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) != FALLBACK_THP)
 		return NULL;
 	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-	return thp_block(size, numa, grow, cached);
+	return thp_block(size, numa, cached);
 }
 
 /* The huge path alone: a published block, or NULL -- with *to_small set
  * when fallback=small sends the request to the ordinary path (the caller
- * decides whose ordinary path), else ENOMEM.  grow: for a realloc that
- * grows (see growth through the cache). */
-static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool grow, bool *to_small)
+ * decides whose ordinary path), else ENOMEM. */
+static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 {
 	HP_ERRNO_SAVE; /* pool probes and fallbacks leave theirs */
 	bool cached;
@@ -415,7 +461,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool gro
 	*to_small = false;
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
-	struct hp_block *b = huge_block(size, ctx, grow, &cached);
+	struct hp_block *b = huge_block(size, ctx, &cached);
 	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
 	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
@@ -432,10 +478,10 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool gro
 	return publish_block(b);
 }
 
-static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero, bool grow)
+static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 {
 	bool to_small;
-	void *p = huge_try(size, ctx, zero, grow, &to_small);
+	void *p = huge_try(size, ctx, zero, &to_small);
 	return to_small ? small_alloc(size, zero) : p;
 }
 
@@ -502,7 +548,7 @@ void *hp_malloc(size_t size)
 	hp_init();
 	if (likely(!wants_huge(size)))
 		return small_alloc(size, false);
-	return huge_alloc(size, NULL, false, false);
+	return huge_alloc(size, NULL, false);
 }
 
 void *hp_calloc(size_t nmemb, size_t size)
@@ -514,7 +560,7 @@ void *hp_calloc(size_t nmemb, size_t size)
 		return fail_enomem();
 	if (likely(!wants_huge(total)))
 		return small_alloc(total, true);
-	return huge_alloc(total, NULL, true, false);
+	return huge_alloc(total, NULL, true);
 }
 
 void hp_free(void *ptr)
@@ -558,17 +604,17 @@ size_t hp_usable_size(const void *ptr)
 }
 
 /* A new block through ctx: huge when forced or at least threshold. */
-static void *alloc_ctx(size_t size, const struct hp_ctx *ctx, bool zero, bool grow)
+static void *alloc_ctx(size_t size, const struct hp_ctx *ctx, bool zero)
 {
 	if (forced(ctx) || wants_huge(size))
-		return huge_alloc(size, ctx, zero, grow);
+		return huge_alloc(size, ctx, zero);
 	return small_alloc(size, zero);
 }
 
 /* Copy into a new allocation of the current routing, free the old one. */
 static void *realloc_by_copy(void *ptr, size_t old_usable, size_t size, const struct hp_ctx *ctx)
 {
-	void *np = alloc_ctx(size, ctx, false, size > old_usable);
+	void *np = alloc_ctx(size, ctx, false);
 	if (!np)
 		return NULL;
 	memcpy(np, ptr, old_usable < size ? old_usable : size);
@@ -635,7 +681,7 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 {
 	hp_init();
 	if (!ptr)
-		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false, false);
+		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
 	if (size == 0)
 		size = 1; /* keep a valid block: NumPy never expects NULL here */
 	struct hp_block *b = lookup(ptr);
@@ -663,7 +709,7 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);
 	if (!ctx)
 		return NULL;
-	return huge_alloc(size ? size : 1, ctx, zero != 0, false);
+	return huge_alloc(size ? size : 1, ctx, zero != 0);
 }
 
 /* ---- NEP 49 entry points ---------------------------------------------------------- */
@@ -737,7 +783,7 @@ void *hp_ctx_malloc(void *ctx, size_t size)
 	if (!ctx)
 		return hp_malloc(size);
 	hp_init();
-	return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false, false);
+	return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
 }
 
 void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
@@ -748,7 +794,7 @@ void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize)
 	hp_init();
 	if (__builtin_mul_overflow(nelem, elsize, &total))
 		return fail_enomem();
-	return alloc_ctx(forced(ctx) && !total ? 1 : total, ctx, true, false);
+	return alloc_ctx(forced(ctx) && !total ? 1 : total, ctx, true);
 }
 
 void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size)
@@ -804,7 +850,7 @@ static int huge_alloc_work(void *ctx, size_t size, size_t alignment, int zero, v
 	hp_init();
 	if (!(forced(ctx) || wants_huge(size)) || !huge_alignment_ok(alignment))
 		return 1;
-	void *p = huge_try(size ? size : 1, ctx, zero != 0, false, &to_small);
+	void *p = huge_try(size ? size : 1, ctx, zero != 0, &to_small);
 	if (!p)
 		return to_small ? 1 : -1;
 	*out = p;
@@ -848,7 +894,7 @@ static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 		HP_ERRNO_RESTORE;
 		return 0;
 	}
-	np = huge_try(size, ctx, false, size > b->map.len, &to_small);
+	np = huge_try(size, ctx, false, &to_small);
 	if (!np)
 		return to_small ? 1 : -1;
 	memcpy(np, ptr, b->map.len < size ? b->map.len : size);

@@ -235,10 +235,13 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
-/* For growth, which cuts what it takes (heap.c): a block of kind at least
- * len long, whatever it wastes; the block of family starting at addr. */
+/* For heap.c's pieces, which cut what they take: a block of kind at least
+ * len long, whatever it wastes; the block of family starting at addr;
+ * cached pieces of kind lying side by side in one family, as many from the
+ * first as span len (linked by ->next in address order), or NULL. */
 HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
+HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- shared.c ---------------------------------------------------------------- */

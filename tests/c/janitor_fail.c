@@ -65,16 +65,15 @@ static int child_decay_on_free(void)
 	hp_knob_set("cache_max", "1G");
 	hp_knob_set("cache_decay_ms", "50");
 	fault_pthread_create(0);
-	char *a = hp_malloc(16 * MiB);
-	if (!a)
+	char *a = hp_malloc(16 * MiB), *b = hp_malloc(2 * MiB);
+	if (!a || !b)
 		return 1;
 	a[0] = 1;
 	hp_free(a); /* cached */
 	if (fault_mapped_bytes(a, 16 * MiB) != 16 * MiB)
 		return check(false, "the first block should be cached (still mapped)");
 	usleep(120 * 1000);
-	char *b = hp_malloc(2 * MiB); /* another size class: no reuse of a */
-	hp_free(b);                   /* this free finds a past its decay */
+	hp_free(b); /* this free finds a past its decay */
 	int bad = check(fault_mapped_bytes(a, 16 * MiB) == 0, "a decayed block stayed mapped");
 	bad |= check(stat_of(HP_STAT_CACHE_DECAYS) >= 1, "cache_decays should count it");
 	return bad;
