@@ -5,6 +5,8 @@
  *   heap.c     hp_malloc & co: routing by size, registry of huge blocks, realloc
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
+ *   thp.c      the kernel's THP settings (and multi-size THP): which page
+ *              sizes serve hpalloc's madvised mappings
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
@@ -192,6 +194,24 @@ HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *no
 /* Fault every page of m in now (MADV_POPULATE_WRITE); 0 also where the
  * kernel cannot (before 5.14), -1 + errno if a page could not be had. */
 HP_HIDDEN int os_populate(const struct hp_map *m);
+
+/* ---- thp.c: the kernel's THP settings ------------------------------------------ */
+/* The word a file of /sys/kernel/mm/transparent_hugepage selects
+ * ("enabled": "always [madvise] never" -> "madvise"); "unavailable" and -1
+ * if it cannot be read. */
+HP_HIDDEN int thp_setting(const char *file, char *out, size_t len);
+/* One THP page size: its own setting (hugepages-<N>kB/enabled), and
+ * whether it serves madvised memory such as hpalloc's blocks. */
+struct thp_size {
+	size_t size;
+	char enabled[32];
+	bool serves;
+};
+/* Every size the kernel offers, ascending (before multi-size THP: the PMD
+ * size with the top-level setting); at most max; -1 without THP. */
+HP_HIDDEN int thp_sizes(struct thp_size *out, int max);
+/* Tests: read a staged copy of the directory instead (NULL: /sys's). */
+HP_HIDDEN void thp_sysfs_root(const char *dir);
 
 /* ---- blocks, heap.c ---------------------------------------------------------- */
 struct hp_block {

@@ -6,7 +6,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h" /* ring_probe, numa_node_next, os_pool_counter */
+#include "internal.h" /* ring_probe, numa_node_next, os_pool_counter, thp_* */
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #define HUGEPAGES_DIR "/sys/kernel/mm/hugepages"
-#define THP_DIR "/sys/kernel/mm/transparent_hugepage"
 #define MAX_POOLS 8
+#define MAX_THP_SIZES 16
 #define MAX_NODES 64 /* shown by status; pool --node takes any that exists */
 
 /* First line of a small file, without the newline; -1 if unreadable. */
@@ -45,28 +45,6 @@ static long long read_number(const char *path)
 		return -1;
 	v = strtoll(buf, &end, 10);
 	return end == buf ? -1 : v;
-}
-
-/* ---- THP --------------------------------------------------------------- */
-
-/* "always [madvise] never" -> "madvise" */
-static void thp_setting(const char *file, char *out, size_t len)
-{
-	char path[128], line[256], *l, *r;
-
-	snprintf(path, sizeof(path), THP_DIR "/%s", file);
-	if (read_line(path, line, sizeof(line)) != 0) {
-		snprintf(out, len, "unavailable");
-		return;
-	}
-	l = strchr(line, '[');
-	r = l ? strchr(l, ']') : NULL;
-	if (l && r) {
-		*r = '\0';
-		snprintf(out, len, "%s", l + 1);
-	} else {
-		snprintf(out, len, "%s", line);
-	}
 }
 
 /* ---- hugetlb pools ------------------------------------------------------ */
@@ -206,6 +184,8 @@ static void list_hugetlbfs(struct mount_list *m)
 
 struct status {
 	char thp_enabled[256], thp_defrag[256];
+	struct thp_size thp_sizes[MAX_THP_SIZES];
+	int nthp_sizes;
 	struct pool pools[MAX_POOLS];
 	int npools;
 	struct node_pools nodes[MAX_NODES];
@@ -214,6 +194,24 @@ struct status {
 	struct uring_state uring;
 };
 
+/* Each page size's own setting (multi-size THP), then the ones hpalloc's
+ * madvised blocks get. */
+static void thp_sizes_text(const struct status *s)
+{
+	char size[32], served[256] = "";
+
+	if (s->nthp_sizes <= 0)
+		return;
+	printf("  page sizes:");
+	for (int i = 0; i < s->nthp_sizes; i++) {
+		size_name(s->thp_sizes[i].size >> 10, size, sizeof(size));
+		printf("%s %s %s", i ? "," : "", size, s->thp_sizes[i].enabled);
+		if (s->thp_sizes[i].serves)
+			snprintf(served + strlen(served), sizeof(served) - strlen(served), " %s", size);
+	}
+	printf("\n  hpalloc's THP blocks get:%s\n", served[0] ? served : " 4K pages only");
+}
+
 static void status_text(const struct status *s)
 {
 	struct hp_knob_info ki;
@@ -221,6 +219,7 @@ static void status_text(const struct status *s)
 
 	printf("transparent hugepages: enabled %s, defrag %s\n",
 	       s->thp_enabled, s->thp_defrag);
+	thp_sizes_text(s);
 	printf("hugetlb pools:%s\n", s->npools ? "" : " none");
 	for (int i = 0; i < s->npools; i++) {
 		size_name(s->pools[i].kb, size, sizeof(size));
@@ -264,6 +263,17 @@ static void status_json(const struct status *s)
 	json_obj(&j, "thp");
 	json_str(&j, "enabled", s->thp_enabled);
 	json_str(&j, "defrag", s->thp_defrag);
+	json_arr(&j, "sizes");
+	for (int i = 0; i < s->nthp_sizes; i++) {
+		size_name(s->thp_sizes[i].size >> 10, size, sizeof(size));
+		json_obj(&j, NULL);
+		json_str(&j, "pagesize", size);
+		json_u64(&j, "pagesize_bytes", s->thp_sizes[i].size);
+		json_str(&j, "enabled", s->thp_sizes[i].enabled);
+		json_bool(&j, "serves_hpalloc", s->thp_sizes[i].serves);
+		json_end_obj(&j);
+	}
+	json_end_arr(&j);
 	json_end_obj(&j);
 	json_arr(&j, "hugetlb_pools");
 	for (int i = 0; i < s->npools; i++) {
@@ -325,6 +335,7 @@ int cmd_status(struct hpctl *c)
 		die_usage("status takes no arguments");
 	thp_setting("enabled", s.thp_enabled, sizeof(s.thp_enabled));
 	thp_setting("defrag", s.thp_defrag, sizeof(s.thp_defrag));
+	s.nthp_sizes = thp_sizes(s.thp_sizes, MAX_THP_SIZES);
 	s.npools = list_pools(s.pools, MAX_POOLS);
 	s.nnodes = list_nodes(s.pools, s.npools, s.nodes, MAX_NODES);
 	list_hugetlbfs(&s.mounts);
