@@ -574,13 +574,16 @@ void hp_free(void *ptr)
 	HP_ERRNO_SAVE;
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find(ptr, true);
+	size_t len = b ? b->map.len : 0;
 	if (b)
 		retire_locked(b);
 	pthread_mutex_unlock(&hp_heap_lock);
-	if (b)
+	if (b) {
 		release_flush(false);
-	else
+		small_libc_learn(len);
+	} else {
 		small_free(ptr);
+	}
 	HP_ERRNO_RESTORE;
 }
 

@@ -238,6 +238,9 @@ HP_HIDDEN void small_free(void *p);
 HP_HIDDEN void *small_realloc(void *p, size_t size);
 HP_HIDDEN size_t small_size(const void *p);   /* as requested */
 HP_HIDDEN size_t small_usable(const void *p);
+/* A huge block of size was freed: let libc learn from it what it would
+ * have learnt had the block been its own (small.c says what and why). */
+HP_HIDDEN void small_libc_learn(size_t size);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
 /* What a cached block is looked up by: its backend and its placement (a

@@ -148,3 +148,34 @@ void *small_realloc(void *p, size_t size)
 	small_free(p);
 	return np;
 }
+
+/* ---- what libc would have learnt ----------------------------------------------
+ * glibc raises its mmap threshold to the size of every mmapped chunk a
+ * program frees (up to 32 MiB on 64-bit, DEFAULT_MMAP_THRESHOLD_MAX; see
+ * M_MMAP_THRESHOLD in mallopt(3)) and then keeps twice that free at the top
+ * of its heap before trimming it: once a NumPy program has freed an array of
+ * a few MiB, its other buffers of that size (pandas' hash tables, BLAS work
+ * space) come from the heap, already faulted in.  hpalloc takes those frees
+ * away from libc, whose thresholds then stay where its own small frees left
+ * them: a pandas groupby on 20 M rows had its heap trimmed and grown back on
+ * every call, 22 MiB of fresh pages each time (5,500 faults against 965).
+ * So the first free of each new largest huge block up to that cap is
+ * replayed to libc, a malloc and a free of the same size: libc adapts as it
+ * would have without hpalloc.  Nothing is touched (libc maps the chunk and
+ * unmaps it at once), and it happens once per new largest size. */
+#define LIBC_LEARN_MAX (32 * HP_MiB)
+
+static _Atomic size_t libc_learnt;
+
+void small_libc_learn(size_t size)
+{
+	size_t seen = atomic_load_explicit(&libc_learnt, memory_order_relaxed);
+
+	if (likely(size <= seen) || size > LIBC_LEARN_MAX ||
+	    !atomic_compare_exchange_strong(&libc_learnt, &seen, size))
+		return;
+	hp_inside++; /* an interposed malloc (the preload library) must pass this to libc */
+	void *volatile chunk = malloc(size - 2 * sizeof(size_t)); /* a chunk of size, header included */
+	free(chunk);
+	hp_inside--;
+}
