@@ -76,18 +76,10 @@ static const struct harness_child_case children[] = {
 	{"fallback", child_fallback},
 };
 
-static void run(const char *name)
-{
-	char err[8192];
-	int rc = harness_run_child(name, (const char *const[]){NULL}, err, sizeof(err));
-	if (rc != 0)
-		fail_msg("child %s exited %d:\n%s", name, rc, err);
-}
-
 static void test_successful_calls_keep_errno(void **state)
 {
 	(void)state;
-	run("first_calls");
+	harness_child_passes("first_calls");
 }
 
 static void test_fallback_keeps_errno(void **state)
@@ -95,7 +87,7 @@ static void test_fallback_keeps_errno(void **state)
 	(void)state;
 	/* An empty pool whatever the machine had free, so the fallback happens. */
 	harness_pool_or_skip(2 * MiB, 0, true);
-	run("fallback");
+	harness_child_passes("fallback");
 }
 
 int main(int argc, char **argv)

@@ -432,6 +432,28 @@ int harness_run_child(const char *name, const char *const *env,
 	return WEXITSTATUS(status);
 }
 
+void harness_child_passes(const char *name)
+{
+	char err[8192];
+	int rc = harness_run_child(name, (const char *const[]){NULL}, err, sizeof(err));
+	if (rc == 77)
+		harness_skip("%s", err);
+	if (rc != 0)
+		fail_msg("child %s exited %d:\n%s", name, rc, err);
+}
+
+void harness_stage_file(const char *root, const char *rel, const char *text)
+{
+	char path[1024], cmd[1200];
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+	assert_int_equal(system(cmd), 0);
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	fprintf(f, "%s\n", text);
+	fclose(f);
+}
+
 /* ---- knobs ----------------------------------------------------------------------- */
 void harness_knob(const char *name, const char *value)
 {

@@ -106,6 +106,12 @@ void harness_child_dispatch(int argc, char **argv,
  * NULL). */
 int harness_run_child(const char *name, const char *const *env,
 		      char *err, size_t err_len);
+/* Runs child case `name` (no extra environment): the test fails with the
+ * child's stderr unless it exits 0, and skips with it on 77. */
+void harness_child_passes(const char *name);
+/* Writes text and a newline to root/rel, making the directories on the way
+ * (a staged sysfs for the tests of a reader). */
+void harness_stage_file(const char *root, const char *rel, const char *text);
 
 /* ---- knobs ---------------------------------------------------------------- */
 /* hp_knob_set that fails the test when the library refuses the value. */

@@ -84,24 +84,16 @@ static const struct harness_child_case children[] = {
 	{"decay_on_free", child_decay_on_free},
 };
 
-static void run(const char *name)
-{
-	char err[4096];
-	int rc = harness_run_child(name, (const char *const[]){NULL}, err, sizeof(err));
-	if (rc != 0)
-		fail_msg("child %s exited %d:\n%s", name, rc, err);
-}
-
 static void test_no_janitor_releases_synchronously(void **state)
 {
 	(void)state;
-	run("no_janitor");
+	harness_child_passes("no_janitor");
 }
 
 static void test_no_janitor_cache_decays_on_free(void **state)
 {
 	(void)state;
-	run("decay_on_free");
+	harness_child_passes("decay_on_free");
 }
 
 int main(int argc, char **argv)

@@ -79,14 +79,6 @@ static const struct harness_child_case children[] = {
 	{"not_beyond_cap", child_not_beyond_cap},
 };
 
-static void run(const char *name)
-{
-	char err[4096];
-	int rc = harness_run_child(name, (const char *const[]){NULL}, err, sizeof(err));
-	if (rc != 0)
-		fail_msg("child %s exited %d:\n%s", name, rc, err);
-}
-
 /* Under ASan malloc is ASan's, which has no such threshold to learn. */
 static void need_glibc_malloc(void)
 {
@@ -100,14 +92,14 @@ static void test_libc_learns_from_huge_frees(void **state)
 {
 	(void)state;
 	need_glibc_malloc();
-	run("learns");
+	harness_child_passes("learns");
 }
 
 static void test_not_beyond_glibc_cap(void **state)
 {
 	(void)state;
 	need_glibc_malloc();
-	run("not_beyond_cap");
+	harness_child_passes("not_beyond_cap");
 }
 
 int main(int argc, char **argv)

@@ -23,14 +23,9 @@ static char root[512];
 
 static void put(const char *rel, long value)
 {
-	char path[1024], dir[1200];
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	snprintf(dir, sizeof(dir), "mkdir -p \"$(dirname '%s')\"", path);
-	assert_int_equal(system(dir), 0);
-	FILE *f = fopen(path, "we");
-	assert_non_null(f);
-	fprintf(f, "%ld\n", value);
-	fclose(f);
+	char text[32];
+	snprintf(text, sizeof(text), "%ld", value);
+	harness_stage_file(root, rel, text);
 }
 
 /* Two nodes' 2 MiB pools: free pages on each, the global reserve. */

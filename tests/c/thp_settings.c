@@ -23,14 +23,7 @@ static char root[512];
 
 static void put(const char *rel, const char *text)
 {
-	char path[1024], cmd[1200];
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	assert_int_equal(system(cmd), 0);
-	FILE *f = fopen(path, "we");
-	assert_non_null(f);
-	fprintf(f, "%s\n", text);
-	fclose(f);
+	harness_stage_file(root, rel, text);
 }
 
 static void stage(const char *name)
