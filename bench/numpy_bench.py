@@ -1,26 +1,36 @@
 """NumPy benchmark: hpalloc against NumPy's default and the allocators a user
-would pick instead (issue 6), side by side in one run.
+would pick instead (issues 6 and 17), side by side in one run, on the
+machine as users have it.
 
     numpy_bench.py [--quick] [--out DIR] [--pythonpath DIR] [--libdir DIR]
-                   [--contenders a,b] [--workloads x,y] [--rounds N]
+                   [--hpctl PATH] [--contenders a,b] [--workloads x,y]
+                   [--rounds N] [--pools] [--hold-page-reporting]
 
 Each workload runs in its own process per contender (numpy_workloads.py),
 contenders interleaved (A B C ... then reversed, round after round) so drift
-of this shared machine hits everyone alike.  Writes DIR/results.json (every
-sample), DIR/results.md (table + machine) and DIR/results.png (chart).
+of this shared machine hits everyone alike.  Two kinds of workload: NumPy
+microbenchmarks (temporaries, zeros, gather, threads, resize) and whole
+applications (pandas, scikit-learn, SciPy, NumPy pipelines, Numba, PyTorch,
+Dask).  hpalloc runs as a user would switch it on: `hpctl run` with its
+default knobs, `hpctl run --preload`, and the best knobs found for a
+workload (named in the report).  Writes DIR/results.json (every sample),
+DIR/results.md (tables + machine) and DIR/results.png (chart), and prints
+the headline table.
 
-As root it prepares the machine for the run and puts it back afterwards,
-also on Ctrl-C or SIGTERM: hugetlb pools for the hugetlb contenders (pages
-added to what is there and exactly those taken back), a private hugetlbfs
-mount for libhugetlbfs, and free page reporting of the VM balloon held off
-(otherwise memory freed a few seconds ago is cold again and every first touch
-costs 2-3 s/GiB instead of 0.3; see docs/benchmarks.md).
+The machine is left as users have it: no hugetlb pool reserved and the
+VM's free page reporting left on.  --pools adds the hugetlb contenders
+(pools reserved for the run: pages added to what is there and exactly those
+taken back) and a private hugetlbfs mount for libhugetlbfs;
+--hold-page-reporting holds free page reporting off for the run (memory
+freed seconds ago is then not cold again).  Both are put back afterwards,
+also on Ctrl-C or SIGTERM.
 """
 
 import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -45,30 +55,85 @@ def say(msg):
 # ---- contenders ------------------------------------------------------------------
 
 class Contender:
-    """name, environment, and what it needs (a preloaded library, pools)."""
+    """name, environment, and what it needs (a preloaded library, pools).
+    run says how hpalloc is switched on: "numpy" (HPALLOC_NUMPY=1 in the
+    program), "hpctl" (`hpctl run`), "hpctl-preload" (`hpctl run
+    --preload`), None (not hpalloc).  per_workload: workload -> (run,
+    [KNOB=VALUE, ...]) for the contenders whose configuration depends on the
+    workload (hp-best); it runs only those workloads."""
 
     def __init__(self, name, label, env=None, preload=None, package=None,
-                 hpalloc=False, pools=None):
+                 run=None, pools=False, per_workload=None):
         self.name, self.label = name, label
         self.env = dict(env or {})
         self.preload, self.package = preload, package
-        self.hpalloc = hpalloc
-        self.pools = pools or {}  # pagesize -> pages it needs
+        self.run = run
+        self.hpalloc = run is not None or per_workload is not None
+        self.pools = pools  # needs --pools
+        self.per_workload = per_workload
         self.skip_reason = None
 
-    def environment(self, base):
+    def uses_hpctl(self):
+        runs = [r for r, _ in self.per_workload.values()] if self.per_workload else [self.run]
+        return any(r in ("hpctl", "hpctl-preload") for r in runs)
+
+    def runs(self, workload):
+        return self.per_workload is None or workload in self.per_workload
+
+    def how(self, workload):
+        """(run, hpctl run's KNOB=VALUE arguments) for this workload."""
+        if self.per_workload is not None:
+            return self.per_workload[workload]
+        return self.run, []
+
+    def environment(self, base, workload):
         env = dict(base)
         env.update(self.env)
+        run = self.how(workload)[0]
         if self.preload:
             env["LD_PRELOAD"] = self.preload
-        if self.hpalloc:
+            env["HPALLOC_BENCH_PRELOADED"] = os.path.basename(self.preload)
+        if run == "numpy":
             env["HPALLOC_NUMPY"] = "1"
+        if run == "hpctl-preload":
+            env["HPALLOC_BENCH_PRELOADED"] = "libhpalloc-preload.so"
         return env
+
+    def command(self, opts, workload):
+        """What goes before the worker's command line."""
+        run, knobs = self.how(workload)
+        if run not in ("hpctl", "hpctl-preload"):
+            return []
+        return ([opts.hpctl, "run", "--check"] + (["--preload"] if run == "hpctl-preload" else [])
+                + knobs + ["--"])
 
 
 def hp(name, label, **knobs):
     env = {"HPALLOC_" + k.upper(): v for k, v in knobs.items()}
-    return Contender(name, label, env=env, hpalloc=True)
+    return Contender(name, label, env=env, run="numpy", pools=True)
+
+
+# hpalloc's best configuration for a workload where it is neither `hpctl
+# run` nor `hpctl run --preload` with default knobs (those run anyway),
+# found by trying (docs/benchmarks.md): `hpctl run` with these arguments.
+# hp-best runs only the workloads listed.
+BEST = {}
+
+
+def best_contender():
+    per = {w: ("hpctl-preload" if "--preload" in args else "hpctl",
+               [a for a in args if a != "--preload"]) for w, args in BEST.items()}
+    return Contender("hp-best", "hpalloc, best knobs for the workload", per_workload=per)
+
+
+def config_name(c, workload):
+    """How an hpalloc contender ran a workload, as a user would type it."""
+    run, knobs = c.how(workload)
+    if run == "numpy":
+        return "HPALLOC_NUMPY=1 " + " ".join("%s=%s" % (k, v) for k, v in sorted(c.env.items())
+                                              if k.startswith("HPALLOC_") and k != "HPALLOC_CONTROL_DIR")
+    return "`hpctl run%s%s`" % (" --preload" if run == "hpctl-preload" else "",
+                                "".join(" " + k for k in knobs))
 
 
 def all_contenders():
@@ -85,11 +150,13 @@ def all_contenders():
                   package="libmimalloc2.0", env={"MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}),
         Contender("libhugetlbfs", "libhugetlbfs, HUGETLB_MORECORE=yes",
                   preload=lib("libhugetlbfs.so"), package="libhugetlbfs0",
-                  env={"HUGETLB_MORECORE": "yes"}),
-        hp("hp-thp", "hpalloc mode=thp", mode="thp"),
-        hp("hp-2M", "hpalloc mode=hugetlb pagesize=2M", mode="hugetlb", pagesize="2M"),
-        hp("hp-1G", "hpalloc mode=hugetlb pagesize=1G", mode="hugetlb", pagesize="1G"),
-        hp("hp-auto", "hpalloc mode=auto", mode="auto"),
+                  env={"HUGETLB_MORECORE": "yes"}, pools=True),
+        Contender("hp-run", "hpalloc, default knobs (`hpctl run`)", run="hpctl"),
+        Contender("hp-preload", "hpalloc, `hpctl run --preload`", run="hpctl-preload"),
+        best_contender(),
+        hp("hp-2M", "hpalloc mode=hugetlb pagesize=2M (pool)", mode="hugetlb", pagesize="2M"),
+        hp("hp-1G", "hpalloc mode=hugetlb pagesize=1G (pool)", mode="hugetlb", pagesize="1G"),
+        hp("hp-auto", "hpalloc mode=auto (pool)", mode="auto"),
     ]
 
 
@@ -97,10 +164,10 @@ def all_contenders():
 # mode with a live control directory and with none.
 def control_contenders(control_dir):
     return [
-        hp("hp-thp-ctl", "hpalloc mode=thp, live control directory", mode="thp",
-           control_dir=control_dir),
-        hp("hp-thp-noctl", "hpalloc mode=thp, no control directory", mode="thp",
-           control_dir="/nonexistent/hpalloc-bench"),
+        Contender("hp-thp-ctl", "hpalloc mode=thp, live control directory", run="numpy",
+                  env={"HPALLOC_MODE": "thp", "HPALLOC_CONTROL_DIR": control_dir}),
+        Contender("hp-thp-noctl", "hpalloc mode=thp, no control directory", run="numpy",
+                  env={"HPALLOC_MODE": "thp", "HPALLOC_CONTROL_DIR": "/nonexistent/hpalloc-bench"}),
     ]
 
 
@@ -117,8 +184,22 @@ WORKLOADS = [
     ("threads", "2 threads × 40 × (`np.ones(64 MiB)`, `*= 2`, free)", "s", "s"),
     ("resize1G", "`ndarray.resize` doubling to 1 GiB", "s", "s"),
     ("allocpath", "allocation path: `np.empty(64 MiB)` + free", "large_ns", "ns"),
+    ("groupby", "pandas `groupby().agg`, 20 M rows", "s", "s"),
+    ("merge", "pandas `merge`, 4 M × 4 M rows", "s", "s"),
+    ("kmeans", "scikit-learn `KMeans(8).fit`, 1 M × 16", "s", "s"),
+    ("fft", "`scipy.fft` round trip, 2^25 doubles", "s", "s"),
+    ("pipeline", "NumPy expression pipeline, 2^25 doubles", "s", "s"),
+    ("numba", "Numba `@njit`: ten 128 MiB temporaries", "s", "s"),
+    ("torch", "PyTorch: ten `(a * 2 + b).sum()`, 128 MiB", "s", "s"),
+    ("dask", "Dask `(x + x.T).sum()`, 1 GiB, threads", "s", "s"),
 ]
 CONTROL_ONLY = {"allocpath"}
+APPS = {"groupby", "merge", "kmeans", "fft", "pipeline", "numba", "torch", "dask"}
+# What an application workload needs besides NumPy (module, Debian package).
+APP_NEEDS = {"groupby": ("pandas", "python3-pandas"), "merge": ("pandas", "python3-pandas"),
+             "kmeans": ("sklearn", "python3-sklearn"), "fft": ("scipy", "python3-scipy"),
+             "numba": ("numba", "python3-numba"), "torch": ("torch", "python3-torch"),
+             "dask": ("dask.array", "python3-dask")}
 
 
 # ---- machine state: pools, hugetlbfs, page reporting ---------------------------------
@@ -241,28 +322,37 @@ def machine_description():
 
 def base_environment(opts, empty_control_dir):
     """The caller's environment without HPALLOC_* (the contenders set their
-    own knobs) and with the uninstalled package and library when given."""
+    own knobs) and with the uninstalled package and library when given
+    (also for `hpctl run`, which finds them through HPALLOC_PYTHON_DIR and
+    HPALLOC_PRELOAD_PATH)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("HPALLOC_") and k not in ("LD_PRELOAD", "PYTHONPATH")}
     env["HPALLOC_CONTROL_DIR"] = empty_control_dir  # no machine-wide knobs
     if opts.pythonpath:
         env["PYTHONPATH"] = opts.pythonpath
+        env["HPALLOC_PYTHON_DIR"] = opts.pythonpath
     if opts.libdir:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             [opts.libdir] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
+        preload = os.path.join(opts.libdir, "libhpalloc-preload.so")
+        if os.path.exists(preload):
+            env["HPALLOC_PRELOAD_PATH"] = preload
     return env
 
 
 def worker_args(opts, workload):
-    args = [PYTHON, WORKER, workload, "--reps", str(opts.reps), "--warmup", str(opts.warmup),
-            "--gather-bytes", str(opts.gather_bytes)]
-    return args
+    app = workload in APPS
+    return [PYTHON, WORKER, workload,
+            "--reps", str(opts.app_reps if app else opts.reps),
+            "--warmup", str(opts.app_warmup if app else opts.warmup),
+            "--gather-bytes", str(opts.gather_bytes), "--scale", str(opts.scale)]
 
 
 def run_one(opts, contender, workload, base_env):
     """One process: its JSON result, or {"error": why}."""
     try:
-        proc = subprocess.run(worker_args(opts, workload), env=contender.environment(base_env),
+        proc = subprocess.run(contender.command(opts, workload) + worker_args(opts, workload),
+                              env=contender.environment(base_env, workload),
                               capture_output=True, text=True, timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         return {"error": "timed out after %d s" % opts.timeout}
@@ -294,10 +384,25 @@ def mem_available():
 
 # ---- preparing -------------------------------------------------------------------------
 
-def check_peers(contenders):
+def check_peers(contenders, opts):
     for c in contenders:
         if c.preload and not os.path.exists(c.preload):
             c.skip_reason = ("%s not found: apt-get install %s" % (c.preload, c.package))
+        elif c.pools and not opts.pools:
+            c.skip_reason = "needs a hugetlb pool (--pools)"
+        elif c.uses_hpctl() and not opts.hpctl:
+            c.skip_reason = "no hpctl to run it with (--hpctl)"
+
+
+def missing_libraries(workloads):
+    """Application workloads whose library is not installed: name -> why."""
+    missing = {}
+    for w, *_ in workloads:
+        if w in APP_NEEDS:
+            module, package = APP_NEEDS[w]
+            if subprocess.run([PYTHON, "-c", "import " + module], capture_output=True).returncode:
+                missing[w] = "%s is not installed: apt-get install %s" % (module, package)
+    return missing
 
 
 def pool_plan(opts):
@@ -309,17 +414,23 @@ def pool_plan(opts):
 
 
 def prepare(opts, machine, contenders):
-    hugetlb_users = [c for c in contenders
-                     if c.name in ("hp-2M", "hp-1G", "hp-auto", "libhugetlbfs") and not c.skip_reason]
-    if os.geteuid() != 0:
-        for c in hugetlb_users:
-            if c.name != "hp-auto":
-                c.skip_reason = "needs a hugetlb pool, which only root can reserve"
-        machine.notes.append("not root: no pools reserved, hp-auto runs as THP")
-        return
-    machine.hold_page_reporting()
-    spare = mem_available() - 3 * GiB
-    pretouch(max(0, min(spare, opts.pretouch_bytes)) // GiB * GiB)
+    """The machine as users have it, unless asked: pools (--pools) and page
+    reporting held off (--hold-page-reporting, with a pre-touch of guest
+    memory: memory the host has handed over once stays handed over)."""
+    hugetlb_users = [c for c in contenders if c.pools and not c.skip_reason]
+    if (opts.pools or opts.hold_page_reporting) and os.geteuid() != 0:
+        sys.exit("bench: --pools and --hold-page-reporting change the machine: run as root")
+    if not opts.pools:
+        machine.notes.append("no hugetlb pool reserved (as on a machine nobody prepared): "
+                             "hpalloc's default mode=auto uses transparent huge pages")
+    if opts.hold_page_reporting:
+        machine.hold_page_reporting()
+        spare = mem_available() - 3 * GiB
+        pretouch(max(0, min(spare, opts.pretouch_bytes)) // GiB * GiB)
+    elif os.path.exists(PAGE_REPORTING):
+        machine.notes.append("free page reporting left on (page_reporting_order %d): memory freed "
+                             "a few seconds ago is cold again, as on cloud VMs"
+                             % read_int(PAGE_REPORTING))
     if not hugetlb_users:
         return
     for pagesize, pages in pool_plan(opts).items():
@@ -361,10 +472,22 @@ def run_all(opts, contenders, workloads, base_env):
     return results
 
 
+# Who runs which workload: the allocation-path workload only NumPy's
+# default and the control contenders; --preload and the per-workload best
+# knobs only the applications (whose big buffers partly come from malloc
+# outside NumPy); NumPy without madvise only the microbenchmarks.
+def wanted(workload, c):
+    if workload in CONTROL_ONLY:
+        return c.name == "numpy" or c.name.endswith("ctl")
+    if c.name.endswith("ctl") or not c.runs(workload):
+        return False
+    if workload in APPS:
+        return c.name != "numpy-nomadv" and not c.pools
+    return c.name not in ("hp-preload", "hp-best")
+
+
 def runs_for(workload, contenders):
-    ctl = workload in CONTROL_ONLY  # + NumPy's default as the reference
-    return [c for c in contenders
-            if not c.skip_reason and (c.name.endswith("ctl") == ctl or (ctl and c.name == "numpy"))]
+    return [c for c in contenders if not c.skip_reason and wanted(workload, c)]
 
 
 def brief(result, workload):
@@ -457,7 +580,7 @@ def workload_table(w, title, unit, summary, contenders):
     for c in contenders:
         s = rows.get(c.name)
         if c.skip_reason:
-            if w not in CONTROL_ONLY and not c.name.endswith("ctl"):
+            if wanted(w, c):
                 out.append("| %s | skipped: %s |" % (c.label, c.skip_reason) + " |" * (len(head) - 2))
             continue
         if s is None:
@@ -466,7 +589,8 @@ def workload_table(w, title, unit, summary, contenders):
             out.append("| %s | failed: %s |" % (c.label, s["errors"][0]) + " |" * (len(head) - 2))
             continue
         ratio = "%.2f" % (s["median"] / base) if base else "–"
-        cells = [label_of(c, summary), fmt_value(s["median"], unit),
+        label = label_of(c, summary) + (" (%s)" % config_name(c, w) if c.per_workload else "")
+        cells = [label, fmt_value(s["median"], unit),
                  "%s–%s" % (fmt_value(s["min"], unit), fmt_value(s["max"], unit)), ratio,
                  fmt_count(s["faults"]), fmt_bytes(s["peak"])]
         for key, _ in extra_cols:
@@ -478,56 +602,91 @@ def workload_table(w, title, unit, summary, contenders):
     return out + [""]
 
 
-# (workload, value: None = the primary metric, else an extra one, value in
-# parentheses, title).  Like against like: `np.zeros(1 GiB)` has two
-# columns, the first call of a process (no cache can help anyone) and the
-# repeated call (each allocator's steady state: NumPy maps afresh, hpalloc
-# reuses its cached block).
-SUMMARY_COLS = [("temp256M", None, None, "temp. 256 MiB ÷ in-place"),
-                ("temp8M", None, None, "temp. 8 MiB"), ("temp1M", None, None, "temp. 1 MiB"),
-                ("small", None, None, "small ns"),
-                ("zeros1G", "cold_s", "cold_faults", "zeros 1 GiB, first call s (faults)"),
-                ("zeros1G", None, "faults", "zeros 1 GiB, repeated s (faults)"),
-                ("gather", None, None, "gather s"),
-                ("threads", None, None, "threads s"),
-                ("resize1G", None, "faults", "resize s (faults)")]
+# The headline table: one row per workload, (workload, value: None = the
+# primary metric, else an extra one, title).  Like against like: `np.zeros(1
+# GiB)` has two rows, the first call of a process (no cache can help
+# anyone) and the repeated call (each allocator's steady state: NumPy maps
+# afresh, hpalloc reuses its cached block).
+SUMMARY_ROWS = [("temp256M", None, "temporaries 256 MiB, ÷ in-place"),
+                ("temp8M", None, "temporaries 8 MiB, ÷ in-place"),
+                ("temp1M", None, "temporaries 1 MiB, ÷ in-place"),
+                ("small", None, "small `x + y`, ns"),
+                ("zeros1G", "cold_s", "`np.zeros(1 GiB); a += 1`, first call, s"),
+                ("zeros1G", None, "`np.zeros(1 GiB); a += 1`, repeated, s"),
+                ("gather", None, "gather, 20 M random `take`, s"),
+                ("threads", None, "2 threads × 40 × 64 MiB, s"),
+                ("resize1G", None, "`ndarray.resize` doubling to 1 GiB, s"),
+                ("groupby", None, "pandas `groupby().agg`, 20 M rows, s"),
+                ("merge", None, "pandas `merge`, 4 M × 4 M, s"),
+                ("kmeans", None, "scikit-learn `KMeans`, 1 M × 16, s"),
+                ("fft", None, "`scipy.fft` round trip, 2^25, s"),
+                ("pipeline", None, "NumPy expression pipeline, 2^25, s"),
+                ("numba", None, "Numba `@njit`, ten 128 MiB temporaries, s"),
+                ("torch", None, "PyTorch, ten `(a * 2 + b).sum()`, s"),
+                ("dask", None, "Dask `(x + x.T).sum()`, 1 GiB, s")]
+HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc")
 
 
 def summary_value(s, key):
     return s["median"] if key is None else s["extra"].get(key)
 
 
+def value_of(summary, w, name, key=None):
+    s = summary.get(w, {}).get(name)
+    return summary_value(s, key) if s and "median" in s else None
+
+
+def best_of(summary, w, names, key=None):
+    """(value, name) of the lowest, or (None, None)."""
+    cands = [(value_of(summary, w, n, key), n) for n in names]
+    cands = [c for c in cands if c[0] is not None]
+    return min(cands) if cands else (None, None)
+
+
 def summary_table(summary, contenders):
-    """One row per contender, the median of every workload: the table the
-    README shows."""
-    cols = [c for c in SUMMARY_COLS if c[0] in summary]
+    """One row per workload, one column per allocator: the table the README
+    shows.  hpalloc's best is the best of every hpalloc configuration that
+    ran the workload, named; the last column compares it with the best
+    peer."""
     units = {w: u for w, _, _, u in WORKLOADS}
-    out = ["| contender | " + " | ".join(c[3] for c in cols) + " |",
-           "|---|" + "---|" * len(cols)]
-    for c in contenders:
-        if c.name.endswith("ctl"):
+    by_name = {c.name: c for c in contenders}
+    hp_names = [c.name for c in contenders if c.hpalloc and not c.name.endswith("ctl")]
+    head = ["workload", "NumPy default", "tcmalloc", "jemalloc", "mimalloc",
+            "hpalloc, default knobs", "hpalloc, best", "best hpalloc ÷ best peer"]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 7]
+    for w, key, title in SUMMARY_ROWS:
+        if w not in summary:
             continue
-        cells = [label_of(c, summary)]
-        for w, key, extra, _ in cols:
-            s = summary[w].get(c.name)
-            if c.skip_reason:
-                cells.append("skipped")
-            elif not s or "median" not in s:
-                cells.append("failed")
-            else:
-                cell = fmt_value(summary_value(s, key), units[w])
-                if extra:
-                    cell += " (%s)" % fmt_count(s["extra"].get(extra))
-                cells.append(cell)
+        unit = units[w]
+        cells = [title]
+        for name in HEADLINE_PEERS + ("hp-run",):
+            c = by_name.get(name)
+            v = value_of(summary, w, name, key)
+            cells.append(fmt_value(v, unit) if v is not None else
+                         "skipped" if c is None or c.skip_reason else "failed")
+        hp_best, hp_name = best_of(summary, w, hp_names, key)
+        peer, peer_name = best_of(summary, w, peers(summary), key)
+        cells.append("%s (%s)" % (fmt_value(hp_best, unit), config_name(by_name[hp_name], w))
+                     if hp_best is not None else "–")
+        cells.append("%.2f (%s)" % (hp_best / peer, by_name[peer_name].label)
+                     if hp_best is not None and peer else "–")
         out.append("| " + " | ".join(cells) + " |")
     return out
 
 
-# ---- targets (issue 6), for hpalloc's best mode ---------------------------------------------------
+# ---- targets (issues 6 and 17) ---------------------------------------------------------------------
 
-HP_MODES = ("hp-thp", "hp-2M", "hp-1G", "hp-auto")
 PEERS = ("numpy", "numpy-nomadv", "tcmalloc", "jemalloc", "mimalloc", "libhugetlbfs")
 HUGE_PEERS = ("libhugetlbfs",)  # in the table as a huge-page allocator
+# As a user switches hpalloc on: `hpctl run`, with --preload where that is
+# what it takes, with the workload's best knobs.
+AS_USERS = ("hp-run", "hp-preload", "hp-best")
+
+
+def hp_modes(summary):
+    """Every hpalloc configuration of the run (not the control pair)."""
+    return sorted({n for rows in summary.values() for n in rows
+                   if n.startswith("hp-") and not n.endswith("ctl")})
 
 
 def used_huge_pages(summary, name):
@@ -582,6 +741,7 @@ def peak_limit(numpy_peak, w, cache_max):
 
 def target_rows(summary, cache_max):
     rows = []
+    HP_MODES = hp_modes(summary)
 
     def fmt(w, key, value):
         if key in ("peak",):
@@ -630,9 +790,21 @@ def target_rows(summary, cache_max):
     add("threads s", "threads", "≤ 0.30 s", lambda v: v <= 0.30)
     add("resize to 1 GiB s", "resize1G", "≤ 0.30 s", lambda v: v <= 0.30)
     add("resize to 1 GiB faults", "resize1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
+    # issue 17: every application at default knobs no slower than NumPy's
+    # default, and hpalloc as a user switches it on at or ahead of the best peer
+    for w, *_ in WORKLOADS:
+        base = get(w, "numpy")
+        if w not in APPS or base is None:
+            continue
+        add("%s, default knobs" % w, w, "≤ NumPy default (%.3f s)" % base,
+            lambda v, base=base: v <= base, names=("hp-run",))
+        peer, peer_name = best(summary, w, peers(summary))
+        if peer is not None:
+            add("%s, as a user switches it on" % w, w, "≤ best peer (%s %.3f s)" % (peer_name, peer),
+                lambda v, peer=peer: v <= peer, names=AS_USERS)
     for w, *_ in WORKLOADS:
         base = get(w, "numpy", "peak")
-        if base is None or w in CONTROL_ONLY:
+        if base is None or w in CONTROL_ONLY or w in APPS:
             continue
         limit = peak_limit(base, w, cache_max)
         keep = " + %s kept by design" % fmt_bytes(min(PEAK_KEEP[w], cache_max)) if w in PEAK_KEEP else ""
@@ -655,16 +827,17 @@ def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_m
          "",
          "**Run:** %d rounds × each workload in its own process per contender, contenders "
          "interleaved (order reversed every other round); per process %d warm-up and %d+ "
-         "measured repetitions; median and min–max over the processes' medians; gather on "
-         "%d GiB; %.0f s in all." % (opts.rounds, opts.warmup, opts.reps,
-                                      opts.gather_bytes // GiB, elapsed),
+         "measured repetitions (applications: %d and %d); median and min–max over the "
+         "processes' medians; gather on %d GiB; application data × %g; %.0f s in all."
+         % (opts.rounds, opts.warmup, opts.reps, opts.app_warmup, opts.app_reps,
+            opts.gather_bytes // GiB, opts.scale, elapsed),
          ""]
     L += ["- " + n for n in notes] + [""]
     L += ["## Summary (medians)", "", "<!-- summary start -->"]
     L += summary_table(summary, contenders)
     L += ["<!-- summary end -->", ""]
-    L += ["## Targets (issue 6): hpalloc's best mode; peak memory: its worst mode", "",
-          "| target | limit | hpalloc | mode | |", "|---|---|---|---|---|"]
+    L += ["## Targets (issues 6 and 17): hpalloc's best configuration; peak memory: its worst", "",
+          "| target | limit | hpalloc | configuration | |", "|---|---|---|---|---|"]
     L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)]
     L += ["", "## Workloads", ""]
     for w, title, _, unit in WORKLOADS:
@@ -706,7 +879,7 @@ def write_chart(path, summary, contenders):
         ax.axis("off")
     fig.suptitle("hpalloc (orange) vs NumPy default (gray) and peers (blue): "
                  "median, whiskers min–max", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title
     fig.savefig(path, dpi=90)
     return True
 
@@ -725,21 +898,36 @@ def hpalloc_cache_max(summary):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke run (< 3 min): 1 round, 1 GiB gather")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run (< 3 min): 1 round, 1 GiB gather, application data / 8, "
+                        "NumPy and hpalloc only")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--pythonpath", help="directory holding the hpalloc package (build tree)")
     p.add_argument("--libdir", help="directory holding libhpalloc.so.1 (build tree)")
+    p.add_argument("--hpctl", default=shutil.which("hpctl"),
+                   help="the hpctl whose `run` switches hpalloc on (default: the one on PATH)")
     p.add_argument("--contenders", help="comma-separated names (default: all)")
     p.add_argument("--workloads", help="comma-separated names (default: all)")
     p.add_argument("--rounds", type=int)
+    p.add_argument("--pools", action="store_true",
+                   help="reserve hugetlb pools for the run and add the hugetlb contenders")
+    p.add_argument("--hold-page-reporting", action="store_true",
+                   help="hold the VM's free page reporting off for the run (not as users have it)")
     p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--report-from", metavar="JSON",
+                   help="write the report again from a run's results.json, running nothing")
     opts = p.parse_args()
     full = not opts.quick
-    opts.rounds = opts.rounds or (3 if full else 1)
+    opts.rounds = opts.rounds or (5 if full else 1)
     opts.reps = 3 if full else 1
     opts.warmup = 2 if full else 1
+    opts.app_reps = 3 if full else 1
+    opts.app_warmup = 1
+    opts.scale = 1.0 if full else 0.125
     opts.gather_bytes = 4 * GiB if full else GiB
     opts.pretouch_bytes = 14 * GiB if full else 4 * GiB
+    if opts.quick and not opts.contenders:
+        opts.contenders = "numpy,hp-run,hp-preload,hp-thp-ctl,hp-thp-noctl"
     return opts
 
 
@@ -759,6 +947,32 @@ def hpalloc_importable(base_env):
     return subprocess.run([PYTHON, "-c", code], env=base_env, capture_output=True).returncode == 0
 
 
+def report(opts, info, notes, results, contenders, elapsed):
+    summary = summarize(results)
+    os.makedirs(opts.out, exist_ok=True)
+    cache_max = hpalloc_cache_max(summary)
+    md = os.path.join(opts.out, "results.md")
+    write_markdown(md, opts, info, notes, summary, contenders, cache_max, elapsed)
+    png = os.path.join(opts.out, "results.png")
+    write_chart(png, summary, contenders)
+    print("\n".join(summary_table(summary, contenders)))
+    say("wrote %s and %s (%.0f s)" % (md, png, elapsed))
+
+
+def report_again(opts, contenders):
+    """The report of an earlier run, from its results.json (rounds and
+    repetitions as that run recorded them)."""
+    with open(opts.report_from) as f:
+        run = json.load(f)
+    for k, v in run.get("opts", {}).items():
+        setattr(opts, k, v)
+    ran = {n for rows in run["results"].values() for n, r in rows.items() if r}
+    for c in contenders:
+        if c.name not in ran:
+            c.skip_reason = c.skip_reason or "not in this run"
+    report(opts, run["machine"], run["notes"], run["results"], contenders, run.get("elapsed", 0))
+
+
 def main():
     opts = parse_args()
     workloads = select(WORKLOADS, opts.workloads, lambda w: w[0])
@@ -771,7 +985,14 @@ def main():
     contenders = select(all_contenders() + control_contenders(live_ctl), opts.contenders,
                         lambda c: c.name)
     base_env = base_environment(opts, empty_ctl)
-    check_peers(contenders)
+    check_peers(contenders, opts)
+    if opts.report_from:
+        subprocess.run(["rm", "-rf", scratch])
+        return report_again(opts, contenders)
+    missing = missing_libraries(workloads)
+    for w, why in missing.items():
+        say("skipping the %s workload: %s" % (w, why))
+    workloads = [x for x in workloads if x[0] not in missing]
     if not hpalloc_importable(base_env):
         for c in contenders:
             if c.hpalloc:
@@ -796,16 +1017,13 @@ def main():
         machine.restore()
         subprocess.run(["rm", "-rf", scratch])
     elapsed = time.monotonic() - t0
-    summary = summarize(results)
     os.makedirs(opts.out, exist_ok=True)
-    cache_max = hpalloc_cache_max(summary)
+    recorded = {k: getattr(opts, k) for k in ("quick", "rounds", "reps", "warmup", "app_reps",
+                                              "app_warmup", "scale", "gather_bytes")}
     with open(os.path.join(opts.out, "results.json"), "w") as f:
-        json.dump({"machine": info, "notes": machine.notes, "results": results}, f)
-    md = os.path.join(opts.out, "results.md")
-    write_markdown(md, opts, info, machine.notes, summary, contenders, cache_max, elapsed)
-    png = os.path.join(opts.out, "results.png")
-    write_chart(png, summary, contenders)
-    say("wrote %s and %s (%.0f s)" % (md, png, elapsed))
+        json.dump({"machine": info, "notes": machine.notes, "results": results,
+                   "opts": recorded, "elapsed": elapsed}, f)
+    report(opts, info, machine.notes, results, contenders, elapsed)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,17 @@ def activate_hpalloc():
 HPALLOC = activate_hpalloc()
 
 
+def check_preload():
+    """A contender that preloads an allocator (hpalloc's under `hpctl run
+    --preload`, a peer's) must really have it in this process."""
+    want = os.environ.get("HPALLOC_BENCH_PRELOADED")
+    if not want:
+        return
+    with open("/proc/self/maps") as f:
+        if want not in f.read():
+            sys.exit("numpy_workloads: %s is not loaded in this process" % want)
+
+
 # ---- measuring --------------------------------------------------------------
 
 def minor_faults():
@@ -278,6 +289,152 @@ def alloc_path(opts):
     return {"large_ns": big_ns, "small_ns": tiny_ns}
 
 
+# ---- whole applications (issue 17) ---------------------------------------------
+# Each builds its data once, then times a whole step of a real library:
+# what users run, not an allocation loop.  opts.scale shrinks the data
+# (quick mode); the results are checked, so a broken contender cannot look
+# fast.
+
+def scaled(n, opts):
+    return max(1, int(n * opts.scale))
+
+
+def app_groupby(opts):
+    """pandas `groupby().agg` on 20 M rows (100,000 groups)."""
+    import pandas as pd
+    n = scaled(20_000_000, opts)
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({"k": rng.integers(0, 100_000, n), "a": rng.standard_normal(n),
+                       "b": rng.standard_normal(n)})
+
+    def once():
+        r = df.groupby("k").agg({"a": "sum", "b": "mean"})
+        PEAK.sample()
+        assert len(r) == df["k"].nunique()
+    return warm_then_time(once, opts)
+
+
+def app_merge(opts):
+    """pandas 4 M x 4 M `merge` on a permuted integer key."""
+    import pandas as pd
+    n = scaled(4_000_000, opts)
+    rng = np.random.default_rng(1)
+    left = pd.DataFrame({"k": rng.permutation(n), "a": rng.standard_normal(n)})
+    right = pd.DataFrame({"k": rng.permutation(n), "b": rng.standard_normal(n)})
+
+    def once():
+        m = left.merge(right, on="k")
+        PEAK.sample()
+        assert len(m) == n
+    return warm_then_time(once, opts)
+
+
+def app_kmeans(opts):
+    """scikit-learn `KMeans(8).fit` on 1 M x 16 (Lloyd, 20 iterations)."""
+    from sklearn.cluster import KMeans
+    X = np.random.default_rng(1).standard_normal((scaled(1_000_000, opts), 16))
+
+    def once():
+        km = KMeans(n_clusters=8, n_init=1, max_iter=20, tol=0.0, random_state=0,
+                    algorithm="lloyd").fit(X)
+        PEAK.sample()
+        assert km.cluster_centers_.shape == (8, 16)
+    return warm_then_time(once, opts)
+
+
+def app_fft(opts):
+    """`scipy.fft` round trip (rfft, irfft) on 2^25 doubles."""
+    import scipy.fft
+    x = np.random.default_rng(1).standard_normal(scaled(2 ** 25, opts))
+
+    def once():
+        y = scipy.fft.irfft(scipy.fft.rfft(x), n=x.size)
+        PEAK.sample()
+        assert abs(y[123] - x[123]) < 1e-9
+    return warm_then_time(once, opts)
+
+
+def app_pipeline(opts):
+    """A NumPy expression pipeline on 2^25 doubles: a dozen temporaries of
+    256 MiB per call (norm, log, standardise, weight)."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(scaled(2 ** 25, opts)), rng.standard_normal(scaled(2 ** 25, opts))
+
+    def once():
+        r = np.sqrt(a * a + b * b)
+        r = np.where(r > 1.0, np.log(r), r * 0.5)
+        r = (r - r.mean()) / r.std()
+        s = np.exp(-np.abs(r)) * a + b
+        PEAK.sample()
+        assert np.isfinite(s[:1000]).all()
+    return warm_then_time(once, opts)
+
+
+def app_numba(opts):
+    """An `@njit` function making ten 128 MiB temporaries per call."""
+    from numba import njit
+    require_adapters("numba")
+
+    @njit
+    def ten_temporaries(a):
+        s = 0.0
+        for i in range(10):
+            t = a * 2.0
+            s += t[i * 1000]
+        return s
+
+    a = np.ones(scaled(128 * MiB // F64, opts))
+
+    def once():
+        assert ten_temporaries(a) == 20.0
+        PEAK.sample()
+    return warm_then_time(once, opts)
+
+
+def app_torch(opts):
+    """PyTorch CPU: ten `(a * 2 + b).sum()` on 128 MiB tensors, one thread."""
+    import torch
+    torch.set_num_threads(1)
+    require_adapters("torch")
+    n = scaled(128 * MiB // F64, opts)
+    a = torch.ones(n, dtype=torch.float64)
+    b = torch.ones(n, dtype=torch.float64)
+
+    def once():
+        s = 0.0
+        for _ in range(10):
+            s += (a * 2 + b).sum().item()
+        PEAK.sample()
+        assert s == 30.0 * n
+    return warm_then_time(once, opts)
+
+
+def app_dask(opts):
+    """Dask: `(x + x.T).sum()` on a 1 GiB random array in 64 MiB chunks,
+    the threaded scheduler (every chunk a NumPy array made in a worker
+    thread)."""
+    import dask.array as da
+    n = int(11585 * opts.scale ** 0.5)
+    x = da.random.random((n, n), chunks=(n // 4, n // 4))
+
+    def once():
+        v = (x + x.T).sum().compute(scheduler="threads")
+        PEAK.sample()
+        assert v > 0
+    return warm_then_time(once, opts)
+
+
+def require_adapters(*names):
+    """Under `hpctl run` the library's adapter must have been installed when
+    the program imported it; otherwise this is no hpalloc measurement."""
+    if HPALLOC is None:
+        return
+    import importlib
+    for name in names:
+        if not importlib.import_module("hpalloc." + name).installed():
+            sys.exit("numpy_workloads: hpalloc.%s was not activated" % name)
+
+
 WORKLOADS = {
     "temp256M": lambda o: temporaries(256 * MiB, o),
     "temp8M": lambda o: temporaries(8 * MiB, o),
@@ -288,6 +445,14 @@ WORKLOADS = {
     "threads": threads,
     "resize1G": resize,
     "allocpath": alloc_path,
+    "groupby": app_groupby,
+    "merge": app_merge,
+    "kmeans": app_kmeans,
+    "fft": app_fft,
+    "pipeline": app_pipeline,
+    "numba": app_numba,
+    "torch": app_torch,
+    "dask": app_dask,
 }
 
 
@@ -321,7 +486,10 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--gather-bytes", type=int, default=4 * GiB)
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="data of the application workloads, times this (quick mode)")
     opts = p.parse_args()
+    check_preload()
     metrics = WORKLOADS[opts.workload](opts)
     peak = PEAK.result()  # before the probe below allocates anything
     info = {"handler": np.core.multiarray.get_handler_name(), "numpy": np.__version__,

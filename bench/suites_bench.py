@@ -49,8 +49,12 @@ hwm = 0
 for line in open("/proc/self/status"):
     if line.startswith("VmHWM:"):
         hwm = int(line.split()[1]) * 1024
+stats = {}
+if os.environ.get("HPALLOC_NUMPY") == "1":
+    import hpalloc
+    stats = hpalloc.stats()
 sys.stdout.flush()
-print("\nRESULT " + json.dumps({"wall": wall, "user": r1.ru_utime - r0.ru_utime,
+print("\nRESULT " + json.dumps({"hpalloc": stats, "wall": wall, "user": r1.ru_utime - r0.ru_utime,
                                 "sys": r1.ru_stime - r0.ru_stime, "peak": hwm,
                                 "minflt": r1.ru_minflt - r0.ru_minflt,
                                 "outcomes": count.c, "rc": int(rc)}))
@@ -67,7 +71,7 @@ def run(hp, args):
         for kv in filter(None, args.knobs.split(",")):
             k, v = kv.split("=", 1)
             env["HPALLOC_" + k.upper()] = v
-    out = subprocess.run([sys.executable, "-c", CHILD, *SUITES], env=env, cwd="/tmp",
+    out = subprocess.run([sys.executable, "-c", CHILD, *args.suites.split(",")], env=env, cwd="/tmp",
                          capture_output=True, text=True, check=False)
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     if not lines:
@@ -82,7 +86,9 @@ def main():
     ap.add_argument("--libdir", required=True)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--knobs", default="", help="hpalloc knobs, K=V,... (default: none)")
+    ap.add_argument("--suites", default=",".join(SUITES), help="test packages, comma-separated")
     ap.add_argument("--out", help="write the Markdown table here too")
+    ap.add_argument("--verbose", action="store_true", help="print hpalloc's counters of every run")
     args = ap.parse_args()
     run(False, args)  # warm-up
     res = {False: [], True: []}
@@ -90,15 +96,17 @@ def main():
         for hp in ((False, True) if r % 2 == 0 else (True, False)):
             res[hp].append(run(hp, args))
             x = res[hp][-1]
-            print("round %d %-8s wall %.2f user %.2f sys %.2f peak %d MiB faults %d %s" % (
+            print("round %d %-8s wall %.2f user %.2f sys %.2f peak %d MiB faults %d %s%s" % (
                 r + 1, "hpalloc" if hp else "default", x["wall"], x["user"], x["sys"],
-                x["peak"] >> 20, x["minflt"], x["outcomes"]), file=sys.stderr)
+                x["peak"] >> 20, x["minflt"], x["outcomes"],
+                " " + json.dumps(x["hpalloc"]) if args.verbose and hp else ""), file=sys.stderr)
     name = "hpalloc" + (" (%s)" % args.knobs if args.knobs else " (default knobs)")
-    rows = ["| %s | contender | wall s | user s | system s | peak MiB | minor faults | outcomes |" % " + ".join(SUITES),
+    rows = ["| %s | contender | wall s | user s | system s | peak MiB | minor faults | outcomes |" % " + ".join(args.suites.split(",")),
             "|---|---|---:|---:|---:|---:|---:|---|"]
     med = {}
     for hp in (False, True):
         m = {k: statistics.median(x[k] for x in res[hp]) for k in ("wall", "user", "sys", "peak", "minflt")}
+        m["peak"] = int(m["peak"])  # the median of an even count is a float
         med[hp] = m
         rows.append("| | %s | %.2f | %.2f | %.2f | %d | %d | %s |" % (
             name if hp else "NumPy default", m["wall"], m["user"], m["sys"], m["peak"] >> 20,
