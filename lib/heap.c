@@ -579,8 +579,8 @@ void hp_free(void *ptr)
 		retire_locked(b);
 	pthread_mutex_unlock(&hp_heap_lock);
 	if (b) {
+		small_libc_learn(len); /* before the block's range is free for libc's mmap */
 		release_flush(false);
-		small_libc_learn(len);
 	} else {
 		small_free(ptr);
 	}

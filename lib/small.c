@@ -169,6 +169,12 @@ static _Atomic size_t libc_learnt;
 
 void small_libc_learn(size_t size)
 {
+#if defined(__SANITIZE_ADDRESS__)
+	/* ASan's allocator has no thresholds to teach, and it would keep the
+	 * chunk mapped in its quarantine, wherever a freed block left room */
+	(void)size;
+	return;
+#endif
 	size_t seen = atomic_load_explicit(&libc_learnt, memory_order_relaxed);
 
 	if (likely(size <= seen) || size > LIBC_LEARN_MAX ||
