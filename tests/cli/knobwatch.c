@@ -39,11 +39,26 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Forks only once this process has published itself: its janitor has
+ * then started.  A fork while that new thread is still being set up
+ * deadlocked the child of the ASan build one time in three: GCC 12's
+ * libasan allocates in its thread-start hook under its allocator's lock
+ * and has no fork handlers, so the child inherited the lock held (both
+ * threads' stacks inside libasan; the plain build never hangs). */
+static void wait_published(void)
+{
+	static struct hp_proc self;
+
+	for (int i = 0; i < 500 && hp_proc_get((long)getpid(), &self) != 0; i++)
+		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+}
+
 /* A child that uses hpalloc after fork() (it publishes itself under its
  * own pid) and then exits normally (its exit handler must not remove the
  * parent's entry). */
 static void start_child(void)
 {
+	wait_published();
 	pid_t pid = fork();
 
 	if (pid < 0) {
