@@ -683,7 +683,19 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__hpalloc(void); /* the interpreter's entry point */
 
+/* The NumPy it was built for, readable without importing NumPy:
+ * hpalloc.numpy compares it with the NumPy at hand and names the package
+ * to rebuild, instead of the traceback of a failed import_array(). */
+static int add_numpy_build_facts(PyObject *m)
+{
+	return PyModule_AddIntConstant(m, "NUMPY_ABI_VERSION", (long)NPY_ABI_VERSION) ||
+	       PyModule_AddIntConstant(m, "NUMPY_TARGET_VERSION", (long)NPY_FEATURE_VERSION);
+}
+
 PyMODINIT_FUNC PyInit__hpalloc(void)
 {
-	return PyModule_Create(&module);
+	PyObject *m = PyModule_Create(&module);
+	if (m != NULL && add_numpy_build_facts(m) != 0)
+		Py_CLEAR(m);
+	return m;
 }

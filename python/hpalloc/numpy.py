@@ -28,11 +28,43 @@ running keep their handler.
 import contextlib
 import contextvars
 import operator as _operator
+import os as _os
+import sys as _sys
 import threading
 
 import numpy as _np
 
 from . import _hpalloc
+
+
+def _check_built_for_this_numpy():
+    """A module built against NumPy 1.x headers cannot load into NumPy 2.x
+    (NumPy's C ABI 2); one built against 2.x headers (pip's build, with
+    NPY_TARGET_VERSION 1.22) serves 1.22 and later.  Say which package to
+    rebuild, in one line, instead of import_array()'s traceback."""
+    built = _hpalloc.NUMPY_ABI_VERSION >> 24
+    have = getattr(_np, "__version__", "0")
+    try:
+        major = int(have.split(".")[0])
+    except ValueError:
+        return
+    if major <= built:
+        return
+    where = _os.path.dirname(_os.path.abspath(_hpalloc.__file__))
+    if where.startswith(_os.path.join(_os.path.realpath(_sys.prefix), "")):
+        what = "rebuild this environment's hpalloc (pip install --force-reinstall ./python"
+    elif where.startswith("/usr/lib/python3/"):
+        what = ("python3-hpalloc serves Debian's python3 and its NumPy; give this "
+                "environment its own (pip install ./python")
+    else:
+        what = "give this environment its own hpalloc (pip install ./python"
+    raise ImportError(
+        "hpalloc's NumPy extension in %s was built for NumPy %d.x and this "
+        "interpreter (%s) has NumPy %s: %s from a clone; see docs/python.md)"
+        % (where, built, _sys.executable, have, what))
+
+
+_check_built_for_this_numpy()
 
 try:  # NumPy 2.x
     from numpy._core.multiarray import get_handler_name, get_handler_version
