@@ -4,13 +4,20 @@
  * libhpalloc-preload.so for any program instead, see hpctl-preload.c).
  *
  * Activation is the Python package's (python/hpalloc_activate.py): hpctl
- * only sets HPALLOC_NUMPY=1 and puts two directories first on PYTHONPATH:
- * hpalloc/_boot, whose sitecustomize.py imports hpalloc_activate at every
- * interpreter start-up (a .pth file would only run from a site directory),
- * and the directory holding the package.  That directory is, in order:
- * $HPALLOC_PYTHON_DIR (the build tree's tests set it), the one at the same
- * place relative to this executable as configure's pyexecdir is to bindir
- * (a relocated or DESTDIR install), configure's pyexecdir.
+ * only sets HPALLOC_NUMPY=1 and puts hpalloc/_boot first on PYTHONPATH,
+ * whose sitecustomize.py imports hpalloc_activate at every interpreter
+ * start-up (a .pth file would only run from a site directory).  Which
+ * hpalloc package it activates:
+ *   - $HPALLOC_PYTHON_DIR, when set (the build tree's tests): that one, put
+ *     first on PYTHONPATH too;
+ *   - else the interpreter's own, when it has one (a venv or conda
+ *     environment with `pip install ./python`: built for its NumPy and
+ *     PyTorch), and only where it has none, the package installed with this
+ *     hpctl -- found at the same place relative to this executable as
+ *     configure's pyexecdir is to bindir (a relocated or DESTDIR install),
+ *     else at configure's pyexecdir -- which sitecustomize.py appends to
+ *     sys.path (HPALLOC_PYTHON_FALLBACK), so it never shadows the
+ *     interpreter's own packages.
  *
  * --check: every process that tries to activate appends a line to the file
  * named by HPALLOC_REPORT; hpctl waits for COMMAND and exits with its status
@@ -74,13 +81,10 @@ bool relocated_dir(const char *py, char *buf, size_t len)
 }
 #endif
 
-/* The directory holding hpalloc_activate.py and the package, or NULL. */
-static const char *python_dir(char *buf, size_t len)
+/* The directory holding hpalloc_activate.py and the package installed with
+ * this hpctl, or NULL. */
+static const char *installed_python_dir(char *buf, size_t len)
 {
-	const char *env = getenv("HPALLOC_PYTHON_DIR");
-
-	if (env && *env)
-		return env;
 #if defined(HPCTL_PYEXECDIR) && defined(HPCTL_BINDIR)
 	if (relocated_dir(HPCTL_PYEXECDIR, buf, len) && has_activation(buf))
 		return buf;
@@ -93,7 +97,9 @@ static const char *python_dir(char *buf, size_t len)
 	return NULL;
 }
 
-static void prepend_pythonpath(const char *dir)
+/* PYTHONPATH = the start-up hook of dir's package, then (first) dir itself,
+ * then what the caller had. */
+static void prepend_pythonpath(const char *dir, bool first)
 {
 	const char *old = getenv("PYTHONPATH");
 	size_t n = 2 * strlen(dir) + (old ? strlen(old) : 0) + 32;
@@ -103,10 +109,33 @@ static void prepend_pythonpath(const char *dir)
 		warnx("out of memory");
 		exit(EXIT_RUNTIME);
 	}
-	snprintf(val, n, "%s/hpalloc/_boot:%s%s%s", dir, dir, old && *old ? ":" : "",
-		 old && *old ? old : "");
+	snprintf(val, n, "%s/hpalloc/_boot%s%s%s%s", dir, first ? ":" : "", first ? dir : "",
+		 old && *old ? ":" : "", old && *old ? old : "");
 	setenv("PYTHONPATH", val, 1);
 	free(val);
+}
+
+/* Where the activated package comes from (see the top of this file). */
+static void choose_python_package(void)
+{
+	const char *env = getenv("HPALLOC_PYTHON_DIR");
+	char buf[PATH_MAX];
+
+	if (env && *env) {
+		prepend_pythonpath(env, true);
+		return;
+	}
+	const char *dir = installed_python_dir(buf, sizeof(buf));
+	if (dir) {
+		prepend_pythonpath(dir, false);
+		setenv("HPALLOC_PYTHON_FALLBACK", dir, 1);
+		return;
+	}
+#ifdef HPCTL_PYEXECDIR
+	warnx("the hpalloc Python package is not installed next to hpctl (looked in %s): "
+	      "Python programs run on NumPy's default allocator unless their environment "
+	      "has its own (pip install ./python)", HPCTL_PYEXECDIR);
+#endif
 }
 
 static void set_knobs(const struct assignment *as, int n)
@@ -274,7 +303,6 @@ static int run_exec(struct hpctl *c)
 int cmd_run(struct hpctl *c)
 {
 	struct assignment *as = parse_assignments(c->argc, c->argv);
-	char buf[PATH_MAX];
 
 	if (c->cmd_argc == 0) {
 		free(as);
@@ -289,13 +317,6 @@ int cmd_run(struct hpctl *c)
 		return c->run_check ? run_checked(c) : run_exec(c);
 	}
 	setenv("HPALLOC_NUMPY", "1", 1);
-	const char *dir = python_dir(buf, sizeof(buf));
-	if (dir)
-		prepend_pythonpath(dir);
-#ifdef HPCTL_PYEXECDIR
-	else
-		warnx("the hpalloc Python package is not installed next to hpctl (looked in %s): "
-		      "Python programs run on NumPy's default allocator", HPCTL_PYEXECDIR);
-#endif
+	choose_python_package();
 	return c->run_check ? run_checked(c) : run_exec(c);
 }
