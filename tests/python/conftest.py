@@ -17,6 +17,9 @@ import pytest
 from hp_pytest_automake import skip as skip_lacking
 
 INPLACE = os.environ.get("HPALLOC_TEST_PYTHON_INPLACE")
+# make check-venv: the package pip installed into this venv (built against
+# the build tree's library), not python/inplace
+VENV = os.environ.get("HPALLOC_TEST_VENV")
 LIBDIR = os.environ.get("HPALLOC_TEST_LIBDIR")
 if LIBDIR:
     # The uninstalled extension's DT_NEEDED libhpalloc.so.1 is satisfied by
@@ -36,11 +39,16 @@ if INPLACE and not os.path.abspath(hpalloc.__file__).startswith(
     # a copy installed on the machine was imported before ours: the tests
     # would test it, not this tree
     raise ImportError("the tests must import %s, got %s" % (INPLACE, hpalloc.__file__))
+if VENV and not os.path.realpath(hpalloc.__file__).startswith(
+        os.path.join(os.path.realpath(VENV), "")):
+    raise ImportError("the tests must import the package pip installed in %s, got %s"
+                      % (VENV, hpalloc.__file__))
 
 
 def pytest_report_header(config):
-    return "hpalloc under test: %s (library %s)" % (
-        os.path.dirname(hpalloc.__file__), hpalloc.__version__)
+    return "hpalloc under test: %s (library %s), NumPy %s, Python %s" % (
+        os.path.dirname(hpalloc.__file__), hpalloc.__version__, np.__version__,
+        sys.version.split()[0])
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -198,7 +206,10 @@ def user_site(tmp_path):
     """A PYTHONUSERBASE whose site-packages holds the package and its .pth,
     as `make install` lays them out.  The user site is processed before the
     system site directories, so NumPy is not yet on sys.path when the .pth
-    runs: the hard case for HPALLOC_NUMPY=1."""
+    runs: the hard case for HPALLOC_NUMPY=1.  In make check-venv: the
+    venv's own site directory, where pip put the package and the .pth."""
+    if VENV:
+        return python_env()
     if not INPLACE:
         pytest.skip("needs the build tree's package (run through make check)")
     env = python_env(PYTHONUSERBASE=str(tmp_path))
