@@ -13,9 +13,13 @@ import textwrap
 
 import pytest
 
-from conftest import python_env
+import hpalloc
+from conftest import VENV, python_env
 
 BUILDDIR = os.environ.get("abs_top_builddir")
+# configure's Python, for which the stage's package is built (make
+# check-venv runs these tests with the venv's)
+SYSTEM_PYTHON = os.environ.get("HPALLOC_TEST_SYSTEM_PYTHON") or sys.executable
 
 PROG = textwrap.dedent("""
     import numpy as np, hpalloc, hpalloc.numpy as h
@@ -23,9 +27,29 @@ PROG = textwrap.dedent("""
 """)
 
 
+def system_python(tmp_path):
+    """Debian's python3, for which the stage's package is built, seeing its
+    NumPy but no hpalloc installed on this machine (README command 1 puts one
+    in /usr/local, and an interpreter's own hpalloc comes before the one
+    hpctl brings): a venv of it without pip whose one .pth adds NumPy's
+    directory."""
+    found = subprocess.run([SYSTEM_PYTHON, "-c", "import numpy, os; print(os.path.dirname("
+                            "os.path.dirname(numpy.__file__)))"], capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.fail("%s has no NumPy (Debian: python3-numpy): %s" % (SYSTEM_PYTHON, found.stderr))
+    venv = tmp_path / "system-python"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    site_dir = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))[0]
+    with open(os.path.join(site_dir, "numpy-dir.pth"), "w") as f:
+        f.write(found.stdout)
+    return str(venv / "bin" / "python3"), found.stdout.strip()
+
+
 @pytest.fixture
 def stage(tmp_path):
-    """(hpctl of the stage, its environment, the stage's site directory)."""
+    """(hpctl of the stage, its environment, the stage's site directory, the
+    program, the interpreter to run it with)."""
     if not BUILDDIR:
         pytest.skip("needs the build tree (run through make check)")
     root = os.path.join(BUILDDIR, "tests", "consumer", "stage")
@@ -38,7 +62,8 @@ def stage(tmp_path):
         env.pop(var, None)
     prog = tmp_path / "prog.py"
     prog.write_text(PROG)
-    return hpctl[0], env, os.path.dirname(site_dir[0]), str(prog)
+    python, _ = system_python(tmp_path)
+    return hpctl[0], env, os.path.dirname(site_dir[0]), str(prog), python
 
 
 def run(args, env):
@@ -46,8 +71,8 @@ def run(args, env):
 
 
 def test_hpctl_run_activates_from_a_non_site_prefix(stage):
-    hpctl, env, site_dir, prog = stage
-    proc = run([hpctl, "run", "--", "/usr/bin/python3", prog], env)
+    hpctl, env, site_dir, prog, python = stage
+    proc = run([hpctl, "run", "--", python, prog], env)
     assert proc.returncode == 0, proc.stderr
     handler, where = proc.stdout.split()
     assert handler == "hpalloc", proc.stderr
@@ -56,9 +81,9 @@ def test_hpctl_run_activates_from_a_non_site_prefix(stage):
 
 
 def test_hpctl_run_reaches_a_program_started_by_a_script(stage, tmp_path):
-    hpctl, env, site_dir, prog = stage
+    hpctl, env, site_dir, prog, python = stage
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\ncd /\nexec /usr/bin/python3 %s\n" % prog)
+    script.write_text("#!/bin/sh\ncd /\nexec %s %s\n" % (python, prog))
     script.chmod(0o755)
     proc = run([hpctl, "run", "--check", "--", str(script)], env)
     assert proc.returncode == 0, proc.stderr
@@ -66,20 +91,20 @@ def test_hpctl_run_reaches_a_program_started_by_a_script(stage, tmp_path):
 
 
 def test_check_fails_when_nothing_activated(stage):
-    hpctl, env, _, _ = stage
-    proc = run([hpctl, "run", "--check", "--", "/usr/bin/python3", "-c", "print(42)"], env)
+    hpctl, env, _, _, python = stage
+    proc = run([hpctl, "run", "--check", "--", python, "-c", "print(42)"], env)
     assert proc.stdout.strip() == "42"  # the program ran
     assert proc.returncode == 1
-    assert "no process of /usr/bin/python3 activated hpalloc" in proc.stderr
+    assert "no process of %s activated hpalloc" % python in proc.stderr
     proc = run([hpctl, "run", "--check", "--", "sh", "-c", "exit 3"], env)
     assert proc.returncode == 3  # the command's own failure comes first
 
 
 def test_verbose_says_it_took(stage):
-    hpctl, env, _, prog = stage
-    proc = run([hpctl, "run", "verbose=1", "--", "/usr/bin/python3", prog], env)
+    hpctl, env, _, prog, python = stage
+    proc = run([hpctl, "run", "verbose=1", "--", python, prog], env)
     assert proc.returncode == 0, proc.stderr
-    assert "active for numpy in /usr/bin/python3" in proc.stderr
+    assert "active for numpy in %s" % python in proc.stderr
 
 
 def assert_one_line(proc, *parts):
@@ -91,7 +116,7 @@ def assert_one_line(proc, *parts):
 
 def test_numpy_missing_is_said(stage, tmp_path):
     """An interpreter without NumPy: a venv without the system's packages."""
-    hpctl, env, _, _ = stage
+    hpctl, env, _, _, _ = stage
     venv = tmp_path / "venv"
     made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env)
     if made.returncode != 0:
@@ -104,14 +129,14 @@ def test_numpy_missing_is_said(stage, tmp_path):
 
 
 def test_numpy_too_old_is_said(stage, tmp_path):
-    hpctl, env, _, _ = stage
+    hpctl, env, _, _, python = stage
     fake = tmp_path / "old" / "numpy"
     (fake / "core").mkdir(parents=True)
     (fake / "__init__.py").write_text("__version__ = '1.20.3'\n")
     (fake / "core" / "__init__.py").write_text("")
     (fake / "core" / "multiarray.py").write_text("")
     env = dict(env, PYTHONPATH=str(tmp_path / "old"))
-    proc = run([hpctl, "run", "--", "/usr/bin/python3", "-c",
+    proc = run([hpctl, "run", "--", python, "-c",
                 "import numpy; print('ran', numpy.__version__)"], env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ran", "1.20.3"]
@@ -122,11 +147,11 @@ def test_package_that_cannot_load_is_said(stage, tmp_path):
     """The package is found but its extension does not load (here: a copy
     whose _hpalloc.so is not a shared object): reported, not a traceback."""
     import shutil
-    hpctl, env, site_dir, _ = stage
+    hpctl, env, site_dir, _, python = stage
     broken = tmp_path / "site"
     shutil.copytree(site_dir, broken, symlinks=False)
     (broken / "hpalloc" / "_hpalloc.so").write_bytes(b"not an ELF file")
-    proc = run([hpctl, "run", "--", "/usr/bin/python3", "-c", "print('ran')"],
+    proc = run([hpctl, "run", "--", python, "-c", "print('ran')"],
                dict(env, HPALLOC_PYTHON_DIR=str(broken)))
     assert proc.returncode == 0
     assert proc.stdout.strip() == "ran"
@@ -134,12 +159,31 @@ def test_package_that_cannot_load_is_said(stage, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_hpalloc_numpy_env_in_a_site_directory(stage):
+def test_hpalloc_numpy_env_in_a_site_directory(stage, tmp_path):
     """HPALLOC_NUMPY=1 without hpctl: the .pth of a site directory."""
-    _, env, site_dir, prog = stage
-    import numpy
+    _, env, site_dir, prog, _ = stage
+    _, numpy_dir = system_python(tmp_path / "again")
     code = ("import site; site.addsitedir(%r); site.addsitedir(%r); exec(open(%r).read())"
-            % (os.path.dirname(os.path.dirname(numpy.__file__)), site_dir, prog))
-    proc = run([sys.executable, "-S", "-c", code], dict(env, HPALLOC_NUMPY="1"))
+            % (numpy_dir, site_dir, prog))
+    proc = run([SYSTEM_PYTHON, "-S", "-c", code], dict(env, HPALLOC_NUMPY="1"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "hpalloc", proc.stderr
+
+
+def test_hpctl_run_prefers_the_interpreters_own_package(stage, tmp_path):
+    """A venv with its own hpalloc (pip install ./python, built for its NumPy
+    2 and PyTorch 2) runs on that one, started directly or by a script,
+    with no PYTHONPATH set by hand; hpctl's package is only the fallback."""
+    if not VENV:
+        pytest.skip("needs make check-venv's venv (README command 2)")
+    hpctl, env, site_dir, prog, _ = stage
+    own = os.path.dirname(os.path.dirname(hpalloc.__file__))
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ncd /\nexec %s %s\n" % (sys.executable, prog))
+    script.chmod(0o755)
+    for command in ([sys.executable, prog], [str(script)]):
+        proc = run([hpctl, "run", "--check", "--"] + command, env)
+        assert proc.returncode == 0, proc.stderr
+        handler, where = proc.stdout.split()
+        assert handler == "hpalloc", proc.stderr
+        assert where.startswith(own) and not where.startswith(site_dir), where

@@ -29,7 +29,10 @@ def _fall_back():
     """Append hpctl's package directory when this interpreter has no
     hpalloc_activate of its own."""
     fallback = os.environ.get("HPALLOC_PYTHON_FALLBACK")
-    if not fallback or fallback in sys.path:
+    if not fallback:
+        return
+    fallback = os.path.abspath(fallback)  # as site.py makes PYTHONPATH's
+    if fallback in sys.path:
         return
     if importlib.machinery.PathFinder.find_spec("hpalloc_activate", _others()) is None:
         sys.path.append(fallback)
