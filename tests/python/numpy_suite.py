@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """make check-numpy: NumPy's own test suite without and with hpalloc.
 
-Runs `python -m pytest --pyargs numpy -m "not slow"` three times: with
-NumPy's default handler; with HPALLOC_NUMPY=1, i.e. hpalloc installed
-process-wide by the .pth at interpreter start, as users get it; and with
-CPython's raw memory domain on hpalloc as well (hpalloc.python, installed
-at start-up by a test .pth: bytes, pickles, list storage on huge pages).
-All runs see the same package layout (a user site directory holding the
-build tree's package and .pth); only the variables differ.
+Runs `python -m pytest --pyargs numpy -m "not slow"` with NumPy's default
+handler, then with HPALLOC_NUMPY=1 and HPALLOC_ADAPTERS=numpy,python, i.e.
+hpalloc activated at interpreter start as users get it, NumPy's handler
+and CPython's raw memory domain (bytes, pickles, list storage) both on
+hpalloc.  All runs see the same package layout; only the variables differ:
+with --inplace, a user site directory holding the build tree's package and
+.pth (Debian's python3); with --installed, the interpreter's own package,
+as pip installed it in a venv (make check-numpy's NumPy 2.x runs).
 
-Writes <out-dir>/{default,hpalloc,hpalloc-raw}.txt ("nodeid outcome" per
+Writes <out-dir>/{default,hpalloc}.txt ("nodeid outcome" per
 test) and their logs, then fails if any test's outcome differs from the
 default run's unless the test is
 listed in docs/numpy-testsuite.md (a line "- `nodeid` — reason"; fnmatch
@@ -35,11 +36,6 @@ import tempfile
 import time
 
 RESULTS_ENV = "HPALLOC_TEST_NUMPY_SUITE_RESULTS"
-RAW_ENV = "HPALLOC_TEST_RAW_DOMAIN"
-# Until start-up activation covers the raw domain, this .pth (in the runs'
-# user site only) installs hpalloc.python when RAW_ENV is set.
-RAW_PTH = ('import os; os.environ.get("%s") and '
-           '__import__("hpalloc.python", fromlist=["install"]).install()\n' % RAW_ENV)
 
 # ---- the plugin, loaded into the NumPy test run ------------------------------
 
@@ -77,10 +73,10 @@ def pytest_sessionfinish(session):
     path = os.environ.get(RESULTS_ENV)
     if not path:
         return
-    try:
-        from numpy.core.multiarray import get_handler_name
-    except ImportError:
+    try:  # NumPy 2.x (numpy.core warns there)
         from numpy._core.multiarray import get_handler_name
+    except ImportError:
+        from numpy.core.multiarray import get_handler_name
     raw = sys.modules.get("hpalloc.python")
     with open(path, "w") as f:
         f.write("# handler %s\n" % get_handler_name())
@@ -91,20 +87,25 @@ def pytest_sessionfinish(session):
 
 # ---- the driver ------------------------------------------------------------------
 
+def base_env():
+    """The caller's environment without hpalloc's activation variables;
+    this directory on PYTHONPATH (the plugin)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    for var in ("HPALLOC_NUMPY", "HPALLOC_ADAPTERS"):
+        env.pop(var, None)
+    env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+    return env
+
+
 def user_site_env(base, inplace):
     """Environment whose user site holds the package and its .pth."""
-    env = dict(os.environ, PYTHONUSERBASE=base, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("HPALLOC_NUMPY", None)
-    env.pop(RAW_ENV, None)
-    env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+    env = dict(base_env(), PYTHONUSERBASE=base)
     site_dir = subprocess.run(
         [sys.executable, "-c", "import site; print(site.getusersitepackages())"],
         env=env, capture_output=True, text=True, check=True).stdout.strip()
     os.makedirs(site_dir, exist_ok=True)
     for name in ("hpalloc", "hpalloc_activate.py", "hpalloc-numpy.pth"):
         os.symlink(os.path.join(inplace, name), os.path.join(site_dir, name))
-    with open(os.path.join(site_dir, "hpalloc-test-raw.pth"), "w") as f:
-        f.write(RAW_PTH)
     return env
 
 
@@ -161,6 +162,8 @@ def main():
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
                         help="the build tree's python/inplace directory")
+    parser.add_argument("--installed", action="store_true",
+                        help="the interpreter's own package (a venv's, from pip)")
     parser.add_argument("--preload", metavar="LIB",
                         help="libhpalloc-preload.so: adds the 'preload' run")
     parser.add_argument("--variants", default=None,
@@ -168,15 +171,16 @@ def main():
     parser.add_argument("pytest_args", nargs="*",
                         help="extra pytest arguments (after --), e.g. -k mem_policy")
     args = parser.parse_args()
-    if not args.inplace:
-        sys.exit("check-numpy: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) is required")
+    if not args.inplace and not args.installed:
+        sys.exit("check-numpy: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) or --installed "
+                 "is required")
     os.makedirs(args.out_dir, exist_ok=True)
     allowed = read_allowed(args.allowed)
 
     # label -> (extra environment, handler and raw domain expected at the end)
     variants = [("default", {}, ("default_allocator", False)),
-                ("hpalloc", {"HPALLOC_NUMPY": "1"}, ("hpalloc", False)),
-                ("hpalloc-raw", {"HPALLOC_NUMPY": "1", RAW_ENV: "1"}, ("hpalloc", True))]
+                ("hpalloc", {"HPALLOC_NUMPY": "1", "HPALLOC_ADAPTERS": "numpy,python"},
+                 ("hpalloc", True))]
     if args.preload:
         # mode=thp: this runs outside tests/run-test's lock, so it must not
         # take hugetlb pages from a pool a test is sizing.
@@ -192,7 +196,8 @@ def main():
         variants = [v for v in variants if v[0] in wanted]
     results = {}
     with tempfile.TemporaryDirectory(prefix="hpalloc-check-numpy.") as tmp:
-        env = user_site_env(os.path.join(tmp, "userbase"), args.inplace)
+        env = base_env() if args.installed else \
+            user_site_env(os.path.join(tmp, "userbase"), args.inplace)
         work = os.path.join(tmp, "work")
         os.mkdir(work)
         for label, extra, expected in variants:
