@@ -187,3 +187,25 @@ def test_hpctl_run_prefers_the_interpreters_own_package(stage, tmp_path):
         handler, where = proc.stdout.split()
         assert handler == "hpalloc", proc.stderr
         assert where.startswith(own) and not where.startswith(site_dir), where
+
+
+def test_package_built_for_numpy_1_under_numpy_2_is_said(stage):
+    """The stage's package is built against configure's NumPy (Debian's
+    1.24): put first for the venv's NumPy 2.x, it cannot load, and one line
+    says which package to install instead of a traceback."""
+    if not VENV:
+        pytest.skip("needs make check-venv's venv (NumPy 2.x)")
+    hpctl, env, site_dir, prog, _ = stage
+    import numpy
+    built = subprocess.run([SYSTEM_PYTHON, "-c", "import numpy; print(numpy.__version__)"],
+                           capture_output=True, text=True).stdout.strip()
+    if not built.startswith("1.") or not numpy.__version__.startswith("2."):
+        pytest.skip("stage built for NumPy %s, venv has %s: no 1.x/2.x pair here"
+                    % (built, numpy.__version__))
+    proc = run([hpctl, "run", "--", sys.executable, "-c", "import numpy; print('ran')"],
+               dict(env, HPALLOC_PYTHON_DIR=site_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ran"
+    assert_one_line(proc, "not active for numpy", "built for NumPy 1.x",
+                    "NumPy %s" % numpy.__version__, "pip install ./python")
+    assert "Traceback" not in proc.stderr

@@ -9,10 +9,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from conftest import python_env
+import hpalloc
+from conftest import VENV, python_env
 
 BUILDDIR = os.environ.get("abs_top_builddir")
 INPLACE = os.environ.get("HPALLOC_TEST_PYTHON_INPLACE")
@@ -46,6 +48,20 @@ def report(addr):
 """
 
 PROGRAMS = {
+    "numpy": SMAPS + """
+import numpy as np
+try:
+    from numpy._core.multiarray import get_handler_name   # NumPy 2.x
+except ImportError:
+    from numpy.core.multiarray import get_handler_name    # NumPy 1.x
+a = np.ones(8 << 20)                             # 64 MiB
+z = np.zeros(8 << 20)
+z += 1                                           # touched after calloc
+out = {"handler": [get_handler_name(a), get_handler_name(z)],
+       "zeros": huge_bytes(z.ctypes.data)["huge"]}
+print(json.dumps(out))
+report(a.ctypes.data)
+""",
     "torch": SMAPS + """
 import torch
 t = torch.empty(8 << 20, dtype=torch.float64)   # 64 MiB
@@ -76,9 +92,15 @@ NEEDS = {"torch": "torch", "numba": "numba", "python": None}
 
 @pytest.fixture
 def hpctl():
-    if not BUILDDIR or not INPLACE:
+    if not BUILDDIR or not (INPLACE or VENV):
         pytest.skip("needs the build tree's hpctl and package (run through make check)")
     return os.path.join(BUILDDIR, "tools", "hpctl")
+
+
+def package_dir():
+    """The directory holding the package under test and its start-up files:
+    python/inplace, or the venv's site directory pip installed into."""
+    return INPLACE or os.path.dirname(os.path.dirname(hpalloc.__file__))
 
 
 def needs(adapter):
@@ -96,7 +118,7 @@ def run(hpctl, adapter, tmp_path, env_extra=None, check=False):
     env.pop("HPALLOC_ADAPTERS", None)
     env.update(env_extra or {})
     args = [hpctl, "run"] + (["--check"] if check else []) + \
-        ["--", "/usr/bin/python3", str(prog)]
+        ["--", sys.executable, str(prog)]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -108,6 +130,18 @@ def result(proc):
 
 def hpalloc_lines(proc):
     return [l for l in proc.stderr.splitlines() if l.startswith("hpalloc:")]
+
+
+def test_hpctl_run_puts_numpy_arrays_on_huge_pages(hpctl, tmp_path):
+    """np.ones and np.zeros-then-touched, 64 MiB each: handler hpalloc, huge
+    pages per smaps (NumPy 1.x on Debian's python3, 2.x in the venv)."""
+    proc = run(hpctl, "numpy", tmp_path, check=True)
+    assert proc.returncode == 0, proc.stderr
+    first, last = (json.loads(l) for l in proc.stdout.strip().splitlines()[-2:])
+    assert first["handler"] == ["hpalloc", "hpalloc"], first
+    assert first["zeros"] >= MIB64 // 2, first
+    assert last["huge"] >= MIB64 // 2, last
+    assert last["stats"]["numpy_huge_bytes"] >= 2 * MIB64, last
 
 
 @pytest.mark.parametrize("adapter", ["torch", "numba"])
@@ -140,19 +174,25 @@ def test_adapter_left_out_stays_on_small_pages(hpctl, adapter, tmp_path):
     assert out["stats"] is None or out["stats"]["%s_huge_bytes" % adapter] == 0, out
 
 
-@pytest.mark.parametrize("adapter,module", [("torch", "_torch.so"), ("numba", "_nrt.so")])
+@pytest.mark.parametrize("adapter,module", [("torch", "_torch.*"), ("numba", "_nrt.*")])
 def test_adapter_that_cannot_load_is_said(hpctl, adapter, module, tmp_path):
     """A package without the adapter's extension (a build --without-torch,
     a broken install): one line says so, the program runs on, unchanged."""
     needs(adapter)
     partial = tmp_path / "site"
-    shutil.copytree(INPLACE, partial, ignore=shutil.ignore_patterns(module))
+    partial.mkdir()
+    for name in ("hpalloc", "hpalloc_activate.py", "hpalloc-numpy.pth"):
+        src = os.path.join(package_dir(), name)
+        if os.path.isdir(src):
+            shutil.copytree(src, partial / name, ignore=shutil.ignore_patterns(module))
+        else:
+            shutil.copy(src, partial / name)
     proc = run(hpctl, adapter, tmp_path, {"HPALLOC_PYTHON_DIR": str(partial)})
     out = result(proc)
     lines = hpalloc_lines(proc)
     assert len(lines) == 1, proc.stderr
     assert "not active for %s" % adapter in lines[0], lines[0]
-    assert "ImportError" in lines[0] and "/usr/bin/python3" in lines[0], lines[0]
+    assert "ImportError" in lines[0] and sys.executable in lines[0], lines[0]
     assert out["stats"]["%s_huge_bytes" % adapter] == 0, out
 
 
