@@ -28,6 +28,7 @@ This file is also the pytest plugin (-p numpy_suite) that records outcomes.
 
 import argparse
 import fnmatch
+import glob
 import os
 import re
 import subprocess
@@ -78,6 +79,12 @@ def pytest_sessionfinish(session):
     except ImportError:
         from numpy.core.multiarray import get_handler_name
     raw = sys.modules.get("hpalloc.python")
+    # Under pytest-xdist the tests run in workers: each writes its own file
+    # (the handler its tests ran under); the controller writes the outcomes
+    # of every test, which it hears of from the workers.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        path = "%s.%s" % (path, worker)
     with open(path, "w") as f:
         f.write("# handler %s\n" % get_handler_name())
         f.write("# raw %s\n" % bool(raw and raw.installed()))
@@ -109,12 +116,22 @@ def user_site_env(base, inplace):
     return env
 
 
+def workers():
+    """pytest-xdist's options for one worker per CPU, when it is there: the
+    suite is ~50,000 tests (NumPy 2.x), minutes per run on one core."""
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return []
+    return ["-n", str(min(len(os.sched_getaffinity(0)), 4))]
+
+
 def run_suite(label, env, out_dir, work_dir, pytest_args):
     results = os.path.join(out_dir, label + ".txt")
     log = os.path.join(out_dir, label + ".log")
     env = dict(env, **{RESULTS_ENV: results})
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "numpy", "-m", "not slow",
-           "-q", "-p", "no:cacheprovider", "-p", "numpy_suite"] + pytest_args
+           "-q", "-p", "no:cacheprovider", "-p", "numpy_suite"] + workers() + pytest_args
     print("check-numpy: %s run: %s (log: %s)" % (label, " ".join(cmd), log), flush=True)
     start = time.monotonic()
     with open(log, "w") as out:
@@ -130,8 +147,7 @@ def run_suite(label, env, out_dir, work_dir, pytest_args):
     return read_results(results)
 
 
-def read_results(path):
-    """(handler, raw domain installed, {nodeid: outcome})"""
+def read_one(path):
     handler, raw, outcomes = None, False, {}
     with open(path) as f:
         for line in f:
@@ -142,6 +158,28 @@ def read_results(path):
             elif line.strip():
                 nodeid, outcome = line.rstrip("\n").rsplit(" ", 1)
                 outcomes[nodeid] = outcome
+    return handler, raw, outcomes
+
+
+def read_results(path):
+    """(handler, raw domain installed, {nodeid: outcome}).  With workers
+    (pytest-xdist), the handler and raw domain are theirs -- every worker's
+    must be the same, else "mixed" -- and an outcome a worker saw that the
+    controller ranks lower (a thread exception) is kept."""
+    handler, raw, outcomes = read_one(path)
+    workers = [read_one(p) for p in sorted(glob.glob(glob.escape(path) + ".gw*"))]
+    if workers:
+        states = {(h, r) for h, r, _ in workers}
+        handler, raw = states.pop() if len(states) == 1 else ("mixed", None)
+        saved = dict(_outcomes)
+        _outcomes.clear()
+        _outcomes.update(outcomes)
+        for _, _, theirs in workers:
+            for nodeid, outcome in theirs.items():
+                _merge(nodeid, outcome)
+        outcomes = dict(_outcomes)
+        _outcomes.clear()
+        _outcomes.update(saved)
     return handler, raw, outcomes
 
 
