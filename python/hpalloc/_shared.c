@@ -76,6 +76,10 @@ static PyObject *block_from_fd(PyObject *cls, PyObject *arg)
 	Py_BEGIN_ALLOW_THREADS
 	addr = hp_shared_map(fd, &size);
 	Py_END_ALLOW_THREADS
+	if (!addr && errno == EINVAL)
+		return PyErr_Format(PyExc_ValueError,
+				    "descriptor %d is not an hpalloc shared block (a memfd sealed "
+				    "against shrinking and growing): not mapped", fd);
 	if (!addr)
 		return error_from_errno("mapping an hpalloc shared block");
 	return wrap((PyTypeObject *)cls, addr, size);
