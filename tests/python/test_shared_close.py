@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-import hpalloc
 import hpalloc.numpy as hn
 from conftest import run_python
 
@@ -139,25 +138,3 @@ def test_pool_worker_closes_what_it_received(knobs):
         again, same_pid = pool.apply_async(close_then_sum, (a[::2],)).get(timeout=60)
     assert total == 3.0 * N and again == 3.0 * N // 2
     assert pid == same_pid  # the same worker lived on
-
-
-def test_from_fd_refuses_what_is_not_a_block(tmp_path):
-    """A clear error, nothing mapped (hp_shared_map's checks, item 4)."""
-    from hpalloc._shared import SharedBlock
-    path = tmp_path / "plain"
-    path.write_bytes(b"\0" * 4096)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        live = hpalloc.stats()["shared_live_blocks"]
-        with pytest.raises(ValueError, match="is not an hpalloc shared block"):
-            SharedBlock.from_fd(fd)
-        assert hpalloc.stats()["shared_live_blocks"] == live
-    finally:
-        os.close(fd)
-    mfd = os.memfd_create("unsealed", os.MFD_CLOEXEC)
-    try:
-        os.ftruncate(mfd, 2 << 20)
-        with pytest.raises(ValueError, match="sealed against shrinking"):
-            SharedBlock.from_fd(mfd)
-    finally:
-        os.close(mfd)
