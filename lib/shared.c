@@ -170,7 +170,9 @@ static int create(size_t size, size_t pagesize, struct shared *s)
 	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size, HP_NUMA_DEFAULT);
 
 	/* as for private blocks: a page size asked for, or mode=hugetlb, means
-	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can */
+	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can,
+	 * leaving the room the private blocks' fork copies need (a shared
+	 * block itself is never copied) */
 	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
 			   (mode == MODE_AUTO && os_pool_ready(ps, size, HP_NUMA_DEFAULT)));
 	if (want) {
