@@ -144,7 +144,8 @@ static inline hp_numa_t numa_of(const struct hp_ctx *ctx)
 }
 
 /* Which kind of block to try first, from the knobs (or a forcing ctx);
- * auto only plans a page size whose pool has free pages where numa allows. */
+ * auto only plans a page size whose pool has free pages where numa allows,
+ * with room left for fork's copies (os_pool_ready_private). */
 static struct plan plan_for(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
 	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
@@ -154,12 +155,12 @@ static struct plan plan_for(size_t size, const struct hp_ctx *ctx, hp_numa_t num
 	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
 	case MODE_HUGETLB:
 		return (struct plan){HP_BACKEND_HUGETLB, os_choose_pagesize(knob, size, numa)};
-	case MODE_AUTO: {
-		size_t ps = os_choose_pagesize(knob, size, numa);
-		if (os_pool_ready(ps, size, numa))
-			return (struct plan){HP_BACKEND_HUGETLB, ps};
+	case MODE_AUTO: /* a page size whose pool keeps room for fork's copies */
+		for (size_t ps = os_choose_pagesize(knob, size, numa); ps;
+		     ps = os_choose_pagesize(ps - 1, size, numa))
+			if (os_pool_ready_private(ps, size, numa))
+				return (struct plan){HP_BACKEND_HUGETLB, ps};
 		break;
-	}
 	default:
 		break;
 	}

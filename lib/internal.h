@@ -179,8 +179,13 @@ HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
  * and its placement (auto only takes a size whose pool p may use). */
 HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
-/* The pool of pagesize can serve a block of size placed by p right now. */
+/* mode=auto's rule: the pool of pagesize can serve a block of size placed
+ * by p right now and still keep a free page for the copy of every page of
+ * this process's private hugetlb blocks, which a fork's copy-on-write needs
+ * (os.c says why).  os_pool_ready() for a shared block (never copied),
+ * os_pool_ready_private() for a private one (its own pages need room too). */
 HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
+HP_HIDDEN bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p);
 /* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
  * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
 HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);

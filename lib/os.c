@@ -172,9 +172,51 @@ size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p)
 	return 0;
 }
 
+/* Pages of each hugetlb page size (index: its log2) in this process's
+ * private mappings: hpalloc's blocks, live, cached or on their way out. */
+static _Atomic size_t private_pages[64];
+
+static void count_private(const struct hp_map *m, bool mapped)
+{
+	size_t pages = m->len / m->pagesize;
+	if (mapped)
+		atomic_fetch_add_explicit(&private_pages[log2_size(m->pagesize)], pages, memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&private_pages[log2_size(m->pagesize)], pages, memory_order_relaxed);
+}
+
+/* Room for fork's copies.  A MAP_PRIVATE hugetlb page that a forked child
+ * shares is copied on the first write by either side, and the copy needs a
+ * free pool page: the kernel's reservation at mmap covers first touches
+ * only.  With none free, a child that writes dies of SIGBUS, and a parent
+ * that writes takes the page away from its children (unmap_ref_private),
+ * which die of SIGBUS at their next touch -- a fork-worker reading its
+ * parent's array while the parent writes it.  glibc's memory is copied
+ * from anywhere in RAM.  So mode=auto leaves as many pages free as this
+ * process's private hugetlb blocks hold: one copy of each, enough for the
+ * parent (or one child) to rewrite every block however many children it
+ * forked at once.  Shared blocks are never copied.  Other processes may
+ * still take the free pages, and children forked one after another while
+ * the parent writes need a copy each: hp_malloc(3) says what holds. */
+static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool cow)
+{
+	if (!pagesize)
+		return false;
+	size_t pages = hp_align_up(size, pagesize) / pagesize;
+	size_t need = pages + atomic_load_explicit(&private_pages[log2_size(pagesize)], memory_order_relaxed) +
+		      (cow ? pages : 0);
+	long avail = p == HP_NUMA_DEFAULT ? os_pool_available(pagesize) : numa_pool_available(p, pagesize);
+	return avail > 0 && (size_t)avail >= need;
+}
+
 bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p)
 {
-	return pagesize && pool_can_serve(pagesize, size, p);
+	return pool_keeps_room(pagesize, size, p, false);
+}
+
+bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p)
+{
+	return pool_keeps_room(pagesize, size, p, true);
 }
 
 /* ---- mappings ----------------------------------------------------------------- */
@@ -251,6 +293,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 		return -1;
 	}
 	*out = (struct hp_map){.addr = p, .len = len, .pagesize = pagesize, .backend = HP_BACKEND_HUGETLB};
+	count_private(out, true);
 	hp_log(2, "hugetlb map %p %zu (page %zu)", p, len, pagesize);
 	return 0;
 }
@@ -262,7 +305,10 @@ static size_t map_span(const struct hp_map *m)
 
 int os_unmap(const struct hp_map *m)
 {
-	return munmap(m->addr, map_span(m));
+	int rc = munmap(m->addr, map_span(m));
+	if (rc == 0 && m->backend == HP_BACKEND_HUGETLB)
+		count_private(m, false);
+	return rc;
 }
 
 /* The guard takes the policy too: with another policy than the block's it

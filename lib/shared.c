@@ -10,6 +10,17 @@
  * allows them, ordinary pages otherwise), small = the same without the
  * advice, fail = ENOMEM.
  *
+ * Every block is sealed when it is made, before anyone else can have its
+ * descriptor: F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL.  Any process
+ * holding the descriptor (every receiver does) could otherwise ftruncate()
+ * it, and every process mapping it would die of SIGBUS at its next touch
+ * beyond the new end.  hp_shared_map() therefore maps only a memfd sealed
+ * against shrinking and growing, whose size is one a block can have: the
+ * mapping then covers pages that stay as long as it does.  (The seals do
+ * not forbid fallocate(FALLOC_FL_PUNCH_HOLE): only F_SEAL_WRITE does, which
+ * forbids writable mappings too.  A hole reads as zeros; on hugetlb its
+ * pages go back to the pool, and touching it again needs a free one.)
+ *
  * Shared blocks never enter the private reuse cache nor the release ring:
  * other processes may map the same pages, and the kernel frees them when
  * the last descriptor and mapping are gone.  Each process keeps its own
@@ -34,6 +45,13 @@
 #define MFD_HUGE_SHIFT 26
 #endif
 #define HUGETLBFS_MAGIC 0x958458f6
+#define TMPFS_MAGIC 0x01021994
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+/* What a block's size is sealed with, and what hp_shared_map() requires. */
+#define SEALS_SIZE (F_SEAL_SHRINK | F_SEAL_GROW)
+#define SEALS_BLOCK (SEALS_SIZE | F_SEAL_SEAL)
 
 struct shared {
 	void *addr;
@@ -52,12 +70,21 @@ static int log2_of(size_t v)
 	return 63 - __builtin_clzll((unsigned long long)v);
 }
 
-static int shared_memfd(size_t pagesize)
+/* A memfd of len bytes, sealed at that size (hugetlb pages of pagesize,
+ * else shmem), or -1.  A kernel that cannot seal a hugetlb memfd (before
+ * 4.16) refuses it here: the block then goes by the fallback knob. */
+static int shared_memfd(size_t len, size_t pagesize)
 {
-	unsigned flags = MFD_CLOEXEC;
+	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	if (pagesize)
 		flags |= MFD_HUGETLB | ((unsigned)log2_of(pagesize) << MFD_HUGE_SHIFT);
-	return memfd_create(pagesize ? "hpalloc-shared-hugetlb" : "hpalloc-shared", flags);
+	int fd = memfd_create(pagesize ? "hpalloc-shared-hugetlb" : "hpalloc-shared", flags);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len) == 0 && fcntl(fd, F_ADD_SEALS, SEALS_BLOCK) == 0)
+		return fd;
+	close(fd);
+	return -1;
 }
 
 /* Map len bytes of fd; for shmem on a 2 MiB boundary, so THP can back it. */
@@ -87,10 +114,10 @@ static void *map_fd(int fd, size_t len, bool align)
 /* A hugetlb memfd of len bytes, mapped (pool pages reserved), or -1. */
 static int create_hugetlb(size_t len, size_t pagesize, struct shared *s)
 {
-	int fd = shared_memfd(pagesize);
+	int fd = shared_memfd(len, pagesize);
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, (off_t)len) == 0 && (s->addr = map_fd(fd, len, false))) {
+	if ((s->addr = map_fd(fd, len, false))) {
 		*s = (struct shared){s->addr, len, fd, HP_BACKEND_HUGETLB, pagesize, NULL};
 		return 0;
 	}
@@ -100,10 +127,10 @@ static int create_hugetlb(size_t len, size_t pagesize, struct shared *s)
 
 static int create_shmem(size_t len, bool advise, struct shared *s)
 {
-	int fd = shared_memfd(0);
+	int fd = shared_memfd(len, 0);
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, (off_t)len) == 0 && (s->addr = map_fd(fd, len, true))) {
+	if ((s->addr = map_fd(fd, len, true))) {
 		if (advise)
 			madvise(s->addr, len, MADV_HUGEPAGE);
 		*s = (struct shared){s->addr, len, fd, advise ? HP_BACKEND_THP : HP_BACKEND_SMALL,
@@ -143,7 +170,9 @@ static int create(size_t size, size_t pagesize, struct shared *s)
 	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size, HP_NUMA_DEFAULT);
 
 	/* as for private blocks: a page size asked for, or mode=hugetlb, means
-	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can */
+	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can,
+	 * leaving the room the private blocks' fork copies need (a shared
+	 * block itself is never copied) */
 	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
 			   (mode == MODE_AUTO && os_pool_ready(ps, size, HP_NUMA_DEFAULT)));
 	if (want) {
@@ -189,21 +218,56 @@ void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out)
 	return p;
 }
 
-void *hp_shared_map(int fd, size_t *size_out)
+/* fd is a block another process may have made: a memfd (shmem or
+ * hugetlbfs) sealed so that its size cannot change, writable, of a size a
+ * block can have.  Its page size goes to *pagesize (0: shmem).  Else
+ * false, with the reason logged (verbose). */
+static bool sealed_block(int fd, size_t *len, size_t *pagesize)
 {
 	struct stat st;
 	struct statfs sf;
+	const char *why = NULL;
+
+	/* fstat first: it answers for any descriptor without blocking */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		why = "not a regular file";
+	else if (fstatfs(fd, &sf) != 0 || ((unsigned long)sf.f_type != TMPFS_MAGIC &&
+					   (unsigned long)sf.f_type != HUGETLBFS_MAGIC))
+		why = "not a memfd";
+	if (why) {
+		hp_log(1, "shared block descriptor %d refused: %s", fd, why);
+		return false;
+	}
+	bool hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
+	size_t page = hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & SEALS_SIZE) != SEALS_SIZE)
+		why = "its size is not sealed (F_SEAL_SHRINK, F_SEAL_GROW)";
+	else if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+		why = "sealed against writing";
+	else if (st.st_size <= 0 || (size_t)st.st_size % page)
+		why = "its size is no multiple of its page size";
+	if (why) {
+		hp_log(1, "shared block descriptor %d refused: %s", fd, why);
+		return false;
+	}
+	*len = (size_t)st.st_size;
+	*pagesize = hugetlb ? page : 0;
+	return true;
+}
+
+void *hp_shared_map(int fd, size_t *size_out)
+{
 	struct shared s = {0};
+	size_t pagesize;
 	HP_ERRNO_SAVE;
 
 	hp_init();
-	if (fd < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &sf) != 0 || !S_ISREG(st.st_mode) ||
-	    st.st_size <= 0) {
+	if (fd < 0 || !sealed_block(fd, &s.len, &pagesize)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	bool hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
-	s.len = (size_t)st.st_size;
+	bool hugetlb = pagesize != 0;
 	s.fd = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* ours to close; the caller keeps fd */
 	if (s.fd < 0)
 		return NULL;
@@ -216,7 +280,7 @@ void *hp_shared_map(int fd, size_t *size_out)
 	if (!hugetlb)
 		madvise(s.addr, s.len, MADV_HUGEPAGE);
 	s.backend = hugetlb ? HP_BACKEND_HUGETLB : HP_BACKEND_THP;
-	s.pagesize = hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
+	s.pagesize = hugetlb ? pagesize : HP_BASE_PAGE;
 	void *p = remember(&s);
 	if (p) {
 		if (size_out)

@@ -1,13 +1,21 @@
 /* hpalloc._shared: SharedBlock, a Python object owning one hpalloc shared
  * block (hp_shared_alloc / hp_shared_map) and exposing it through the
  * buffer protocol, so NumPy arrays (np.frombuffer, np.ndarray(buffer=))
- * can live on it.  The block is unmapped when the object goes and no array
- * still holds a buffer on it.  Policy (page size, fallback, backing) is the
- * library's; this only translates. */
+ * can live on it.  Policy (page size, fallback, backing) is the library's;
+ * this only translates.
+ *
+ * The block is unmapped when the object goes, never before: every array on
+ * it holds a reference to it.  np.frombuffer() holds a buffer export too,
+ * but np.ndarray(buffer=block) -- how multiprocessing's receiver rebuilds
+ * an array -- only keeps base=block, so no count of exports can tell that
+ * the mapping is still in use.  close() therefore only ends new uses (new
+ * buffers, sending the descriptor) and the unmap waits for the last
+ * reference; it never raises and may be called again. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "hpalloc.h"
@@ -16,7 +24,7 @@ typedef struct {
 	PyObject_HEAD
 	void *addr;
 	size_t size;
-	Py_ssize_t exports; /* live buffers: the mapping must stay */
+	bool closed;        /* close() was called: no new buffer, not sent */
 } SharedBlock;
 
 static PyTypeObject SharedBlockType;
@@ -76,11 +84,16 @@ static PyObject *block_from_fd(PyObject *cls, PyObject *arg)
 	Py_BEGIN_ALLOW_THREADS
 	addr = hp_shared_map(fd, &size);
 	Py_END_ALLOW_THREADS
+	if (!addr && errno == EINVAL)
+		return PyErr_Format(PyExc_ValueError,
+				    "descriptor %d is not an hpalloc shared block (a memfd sealed "
+				    "against shrinking and growing): not mapped", fd);
 	if (!addr)
 		return error_from_errno("mapping an hpalloc shared block");
 	return wrap((PyTypeObject *)cls, addr, size);
 }
 
+/* The last array, view or name of the block is gone: now it may go. */
 static void block_dealloc(SharedBlock *self)
 {
 	if (self->addr)
@@ -88,45 +101,49 @@ static void block_dealloc(SharedBlock *self)
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int block_getbuffer(SharedBlock *self, Py_buffer *view, int flags)
+static PyObject *closed_error(void)
 {
-	if (!self->addr) {
-		PyErr_SetString(PyExc_ValueError, "shared block is closed");
-		return -1;
-	}
-	if (PyBuffer_FillInfo(view, (PyObject *)self, self->addr, (Py_ssize_t)self->size, 0, flags) < 0)
-		return -1;
-	self->exports++;
-	return 0;
+	PyErr_SetString(PyExc_ValueError, "shared block is closed");
+	return NULL;
 }
 
-static void block_releasebuffer(SharedBlock *self, Py_buffer *view)
+/* The buffer holds a reference to self (PyBuffer_FillInfo): the mapping
+ * outlives it. */
+static int block_getbuffer(SharedBlock *self, Py_buffer *view, int flags)
 {
-	(void)view;
-	self->exports--;
+	if (self->closed) {
+		closed_error();
+		return -1;
+	}
+	return PyBuffer_FillInfo(view, (PyObject *)self, self->addr, (Py_ssize_t)self->size, 0, flags);
 }
 
 static PyBufferProcs block_as_buffer = {
 	(getbufferproc)block_getbuffer,
-	(releasebufferproc)block_releasebuffer,
+	NULL,
 };
 
 static int info_of(SharedBlock *self, struct hp_shared_info *info)
 {
-	if (!self->addr || hp_shared_info(self->addr, info) != 0) {
-		PyErr_SetString(PyExc_ValueError, "shared block is closed");
+	if (hp_shared_info(self->addr, info) != 0) {
+		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
 	return 0;
 }
 
+/* What sending the block takes: refused once closed. */
 static PyObject *block_fd(SharedBlock *self, void *closure)
 {
 	struct hp_shared_info info;
 	(void)closure;
+	if (self->closed)
+		return closed_error();
 	return info_of(self, &info) ? NULL : PyLong_FromLong(info.fd);
 }
 
+/* A report of the mapping while it lasts (closed: fd -1, no longer ours
+ * to use). */
 static PyObject *block_info(SharedBlock *self, PyObject *unused)
 {
 	struct hp_shared_info info;
@@ -134,20 +151,15 @@ static PyObject *block_info(SharedBlock *self, PyObject *unused)
 	if (info_of(self, &info))
 		return NULL;
 	return Py_BuildValue("{s:K,s:n,s:i,s:s,s:n}", "address", (unsigned long long)(uintptr_t)info.addr,
-			     "size", (Py_ssize_t)info.size, "fd", info.fd, "backend",
+			     "size", (Py_ssize_t)info.size, "fd", self->closed ? -1 : info.fd, "backend",
 			     hp_backend_name(info.backend), "page_size", (Py_ssize_t)info.page_size);
 }
 
+/* No new use; the unmap waits for the last reference (see the top). */
 static PyObject *block_close(SharedBlock *self, PyObject *unused)
 {
 	(void)unused;
-	if (self->exports > 0) {
-		PyErr_SetString(PyExc_BufferError, "shared block still has arrays on it");
-		return NULL;
-	}
-	if (self->addr)
-		hp_shared_free(self->addr);
-	self->addr = NULL;
+	self->closed = true;
 	Py_RETURN_NONE;
 }
 
@@ -169,12 +181,13 @@ static PyMethodDef block_methods[] = {
 	{"info", (PyCFunction)block_info, METH_NOARGS,
 	 "info() -> {address, size, fd, backend, page_size}"},
 	{"close", (PyCFunction)block_close, METH_NOARGS,
-	 "close(): unmap now (refused while arrays use it)"},
+	 "close(): no new arrays on the block, no sending it; it is unmapped when "
+	 "the last array on it goes"},
 	{NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef block_getset[] = {
-	{"fd", (getter)block_fd, NULL, "the block's descriptor (owned by the block)", NULL},
+	{"fd", (getter)block_fd, NULL, "the block's descriptor (owned by the block; ValueError once closed)", NULL},
 	{"address", (getter)block_address, NULL, "start address in this process", NULL},
 	{"size", (getter)block_size, NULL, "length in bytes", NULL},
 	{NULL, NULL, NULL, NULL, NULL},

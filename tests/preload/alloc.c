@@ -137,12 +137,13 @@ static void test_realloc(void)
 static void test_hugetlb(void)
 {
 	char why[256];
-	if (!pool_reserve_2m(40, why, sizeof(why))) {
+	if (!pool_reserve_2m(80, why, sizeof(why))) {
 		printf("note: hugetlb case skipped: %s\n", why);
 		return;
 	}
-	/* mode=auto prefers a pool that can hold the block; the cache may
-	 * still hold THP blocks of that size, so ask for a new size */
+	/* mode=auto prefers a pool that can hold the block and as many pages
+	 * again for fork's copies (33 + 33 of 80); the cache may still hold
+	 * THP blocks of that size, so ask for a new size */
 	char *p = malloc(BIG + 2 * MiB);
 	huge_block(p, BIG + 2 * MiB, "malloc with a pool");
 	struct smaps_range r;
