@@ -61,7 +61,7 @@ static void format_numa(const struct knob_desc *, uint64_t, char *, size_t);
 
 static const struct knob_desc knobs[KNOB_COUNT] = {
 	[KNOB_MODE] = {"mode", "choice",
-		"where blocks >= threshold live: hugetlb pool, THP, auto (hugetlb if the pool has free pages, else thp), off (libc)",
+		"where blocks >= threshold live: hugetlb pool, THP, auto (hugetlb if the pool can hold the block and keep room for fork's copies, else thp), off (libc)",
 		"one of: auto hugetlb thp off", "auto hugetlb thp off", "auto",
 		0, 3, parse_choice, format_choice},
 	[KNOB_THRESHOLD] = {"threshold", "size",
