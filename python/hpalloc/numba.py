@@ -61,18 +61,11 @@ def installed():
     return _nrt.routing()
 
 
-def _initialize_runtime():
-    """NRT registers its symbols with LLVM when it initialises, overwriting
-    any earlier registration of ours: make that happen now (a few tens of
-    ms, what the first compilation would spend).  Numba < 0.57 initialises
-    it with the CPU target's context, later ones before the first
-    compilation; rtsys.initialize() is what both call, and does it once."""
+def _context():
+    """The CPU target's context (made on first use; Numba < 0.57
+    initialises its runtime then, later ones at the first compilation)."""
     from numba.core.registry import cpu_target
-    context = cpu_target.target_context
-    _nrt_module.rtsys.initialize(context)
-    if not _nrt_module.rtsys._init:
-        raise RuntimeError("Numba's runtime did not initialise")
-    return context
+    return cpu_target.target_context
 
 
 def _symbol(context):
@@ -88,18 +81,42 @@ def symbol():
     """The NRT function whose calls install() routes to hpalloc: the one
     this Numba's code generator emits for array data."""
     with _compiler_lock:
-        return _symbol(_initialize_runtime())
+        return _symbol(_context())
 
 
 def _helper(symbol):
     return symbol[len("NRT_"):]
 
 
+def _register_standin():
+    _ll.add_symbol(_symbol(_context()), _nrt.standin_address())
+
+
+def _hook_runtime_initialisation():
+    """NRT registers its symbols with LLVM when it initialises (the first
+    compilation), overwriting ours: register ours again right after, from
+    rtsys.initialize itself, so that install() does not initialise (and
+    compile) Numba's runtime ahead of time."""
+    rtsys = _nrt_module.rtsys
+    if getattr(rtsys.initialize, "_hpalloc", False):
+        return
+    original = rtsys.initialize
+
+    def initialize(ctx):
+        was = rtsys._init
+        original(ctx)
+        if not was and rtsys._init and _nrt.routing():
+            _register_standin()
+
+    initialize._hpalloc = True
+    rtsys.initialize = initialize
+
+
 def install():
     """Arrays created by @njit code compiled from now on are allocated by
     hpalloc.  Idempotent."""
     with _lock, _compiler_lock:
-        symbol = _symbol(_initialize_runtime())
+        symbol = _symbol(_context())
         helpers = _nrt_python.c_helpers
         missing = [h for h in (_helper(symbol), _HELPER_EXTERNAL, _HELPER_API)
                    if h not in helpers]
@@ -109,7 +126,9 @@ def install():
         _nrt.bind(helpers[_helper(symbol)], symbol == _SAFE_SYMBOL,
                   helpers[_HELPER_EXTERNAL], helpers[_HELPER_API])
         _nrt.set_routing(True)
-        _ll.add_symbol(symbol, _nrt.standin_address())
+        _hook_runtime_initialisation()
+        if _nrt_module.rtsys._init:
+            _register_standin()
 
 
 def uninstall():
@@ -120,5 +139,6 @@ def uninstall():
         if not _nrt.routing():
             return
         _nrt.set_routing(False)
-        symbol = _symbol(_initialize_runtime())
-        _ll.add_symbol(symbol, _nrt_python.c_helpers[_helper(symbol)])
+        if _nrt_module.rtsys._init:
+            symbol = _symbol(_context())
+            _ll.add_symbol(symbol, _nrt_python.c_helpers[_helper(symbol)])

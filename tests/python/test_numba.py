@@ -352,3 +352,27 @@ def test_standin_refuses_an_impossible_size():
         hnb.uninstall()
     assert numba_bytes() == before
     assert rtsys.get_allocation_stats() == stats0
+
+
+def test_install_leaves_numba_runtime_lazy():
+    """install() compiles nothing: Numba >= 0.57 initialises its runtime at
+    the first compilation (Numba's own test_nrt.TestNRTIssue checks it),
+    and the stand-in is registered after that initialisation, which
+    registers NRT's symbols over any earlier one.  (Numba < 0.57
+    initialises it with the CPU target's context.)"""
+    proc = run_python(textwrap.dedent("""
+        import numpy as np, numba, hpalloc.numba, hpalloc.numpy
+        from numba.core.runtime import rtsys
+        hpalloc.numba.install()
+        lazy = not rtsys._init
+        @numba.njit
+        def make(n):
+            return np.ones(n)
+        a = make(8 << 20)
+        print(lazy, rtsys._init, hpalloc.numpy.backing(a)["backend"],
+              a[-1], hpalloc.stats()["numba_huge_bytes"] >= 64 << 20)
+    """), env=python_env())
+    lazy, init, backend, last, counted = proc.stdout.split()
+    old = tuple(int(x) for x in numba.__version__.split(".")[:2]) < (0, 57)
+    assert lazy == str(old is False) and init == "True", proc.stdout
+    assert backend in ("thp", "hugetlb") and last == "1.0" and counted == "True"
