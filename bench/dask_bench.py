@@ -85,7 +85,7 @@ def one_cluster(plugin, n, c, computes):
                          silence_logs=50) as cluster, \
             Client(cluster, timeout=60) as client:
         if plugin:
-            client.register_worker_plugin(hpalloc.dask.HpallocPlugin())
+            hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin())
         x = da.random.random((n, n), chunks=(c, c))
         expr = (x + x.T).sum()
         expr.compute()  # warm-up: first touch of the VM's memory, imports

@@ -212,28 +212,41 @@ def _findable(module):
     return importlib.machinery.PathFinder.find_spec(module, search) is not None
 
 
-def chosen():
-    """The adapters HPALLOC_ADAPTERS names (DEFAULT_ADAPTERS when unset).
-    A bad value is said on stderr and ignored as a whole (the defaults)."""
-    value = os.environ.get("HPALLOC_ADAPTERS")
-    if value is None:
-        return DEFAULT_ADAPTERS
+def parse_adapters(value):
+    """HPALLOC_ADAPTERS' grammar (comma-separated names of ADAPTERS, or
+    "all"): the names, or ValueError saying what is expected."""
     names = [n.strip().lower() for n in value.split(",") if n.strip()]
     known = [a for a, _, _ in ADAPTERS]
     if names == ["all"]:
         return tuple(known)
     unknown = [n for n in names if n not in known]
     if not names or unknown:
-        sys.stderr.write("hpalloc: ignoring HPALLOC_ADAPTERS=%r (expected a "
-                         "comma-separated list of %s, or all); using %s\n"
-                         % (value, " ".join(known), ",".join(DEFAULT_ADAPTERS)))
-        return DEFAULT_ADAPTERS
+        raise ValueError("expected a comma-separated list of %s, or all"
+                         % " ".join(known))
     return tuple(names)
 
 
-def activate():
+def chosen():
+    """The adapters HPALLOC_ADAPTERS names (DEFAULT_ADAPTERS when unset).
+    A bad value is said on stderr and ignored as a whole (the defaults)."""
+    value = os.environ.get("HPALLOC_ADAPTERS")
+    if value is None:
+        return DEFAULT_ADAPTERS
+    try:
+        return parse_adapters(value)
+    except ValueError as exc:
+        sys.stderr.write("hpalloc: ignoring HPALLOC_ADAPTERS=%r (%s); using %s\n"
+                         % (value, exc, ",".join(DEFAULT_ADAPTERS)))
+        return DEFAULT_ADAPTERS
+
+
+def activate(wanted=None):
+    """Install the adapters wanted (default: chosen()) now or when their
+    module is first imported; the import hook, if one was needed, is
+    returned (hpalloc.dask removes it at teardown)."""
     trigger = _Trigger()
-    wanted = chosen()
+    if wanted is None:
+        wanted = chosen()
     for adapter, module, installer in ADAPTERS:
         if adapter not in wanted:
             continue
@@ -246,6 +259,8 @@ def activate():
             trigger.pending.setdefault(module, []).append((adapter, installer))
     if trigger.pending:
         sys.meta_path.insert(0, trigger)
+        return trigger
+    return None
 
 
 def main():

@@ -13,7 +13,9 @@ What it builds, against what:
     into, when it has one (c10's allocator interface changes between
     releases: the module is for that release, and says so when another one
     imports it).  pip builds in an isolated environment that hides the
-    target's packages, so the target interpreter is asked directly.
+    target's packages, so the target interpreter is asked directly;
+  * hpalloc._arrow the same way against that environment's pyarrow (its
+    headers and libarrow.so.<major>00, C++20 as Arrow's headers want).
 
 The version is AC_INIT's in ../configure.ac, the one place the C library
 takes it from; the library pkg-config finds must be that version.
@@ -119,6 +121,39 @@ def target_torch():
         return {"absent": "probing %s failed: %s" % (sys.executable, exc)}
 
 
+ARROW_PROBE = r"""
+import glob, json, os, sys
+try:
+    import pyarrow
+except Exception as exc:
+    print(json.dumps({"absent": "%s: %s" % (type(exc).__name__, exc)}))
+    sys.exit(0)
+libdirs = pyarrow.get_library_dirs()
+# the wheel ships libarrow.so.<major>00 only (no unversioned link)
+libarrow = sorted(os.path.basename(p) for d in libdirs
+                  for p in glob.glob(os.path.join(d, "libarrow.so.*"))
+                  if p.rsplit(".so.", 1)[1].isdigit())
+print(json.dumps({"version": pyarrow.__version__,
+                  "include": pyarrow.get_include(), "libdir": libdirs,
+                  "libarrow": libarrow[:1]}))
+"""
+
+
+def target_arrow():
+    """The environment's pyarrow, asked as target_torch() asks for torch."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    try:
+        r = subprocess.run([sys.executable, "-c", ARROW_PROBE], env=env,
+                           capture_output=True, text=True, timeout=600)
+        found = json.loads(r.stdout.strip().splitlines()[-1])
+    except Exception as exc:
+        return {"absent": "probing %s failed: %s" % (sys.executable, exc)}
+    if "absent" not in found and not found["libarrow"]:
+        return {"absent": "no libarrow.so.N in %s" % found["libdir"]}
+    return found
+
+
 def extensions(lib):
     import numpy
     c = dict(lib, extra_compile_args=["-std=gnu11", "-Wall", "-Wextra"])
@@ -129,6 +164,7 @@ def extensions(lib):
         Extension("hpalloc._rawdomain", ["hpalloc/_rawdomain.c"], **c),
         Extension("hpalloc._nrt", ["hpalloc/_nrt.c"], **c),
     ]
+    exts += arrow_extension(lib)
     torch = target_torch()
     if "absent" in torch:
         print("hpalloc: no PyTorch in %s (%s): building without hpalloc.torch"
@@ -146,19 +182,38 @@ def extensions(lib):
     return exts
 
 
+def arrow_extension(lib):
+    arrow = target_arrow()
+    if "absent" in arrow:
+        print("hpalloc: no pyarrow in %s (%s): building without hpalloc.arrow"
+              % (sys.prefix, arrow["absent"]))
+        return []
+    print("hpalloc: building hpalloc.arrow for pyarrow %s" % arrow["version"])
+    return [Extension(
+        "hpalloc._arrow", ["hpalloc/_arrow.cpp"],
+        include_dirs=lib["include_dirs"],
+        library_dirs=lib["library_dirs"] + arrow["libdir"],
+        runtime_library_dirs=lib["runtime_library_dirs"] + arrow["libdir"],
+        libraries=["hpalloc", "arrow_python", ":" + arrow["libarrow"][0]],
+        language="c++",
+        # -isystem: Arrow's headers are not ours to warn about
+        extra_compile_args=["-std=c++20", "-Wall", "-Wextra",
+                            "-isystem", arrow["include"]])]
+
+
 class BuildExt(build_ext):
-    """A PyTorch adapter that does not compile (a release whose headers it
-    does not know) leaves the rest installable: hpalloc.torch then says it
-    was not built, and this build said why."""
+    """A PyTorch or pyarrow adapter that does not compile (a release whose
+    headers it does not know) leaves the rest installable: hpalloc.torch /
+    hpalloc.arrow then says it was not built, and this build said why."""
 
     def build_extension(self, ext):
-        if ext.name != "hpalloc._torch":
+        if ext.name not in ("hpalloc._torch", "hpalloc._arrow"):
             return super().build_extension(ext)
         try:
             super().build_extension(ext)
         except Exception as exc:
-            print("hpalloc: hpalloc.torch did not build (%s): installing without it"
-                  % str(exc).splitlines()[0])
+            print("hpalloc: %s did not build (%s): installing without it"
+                  % (ext.name.replace("._", "."), str(exc).splitlines()[0]))
 
 
 class BuildPy(build_py):

@@ -13,12 +13,22 @@
  * DefaultCPUAllocator does, so torch.profiler(profile_memory=True) keeps
  * seeing CPU memory.
  *
+ * c10::Allocator is not a stable interface: PyTorch 2 made allocate()
+ * non-const and added copy_data() (pure virtual, used by clone()).  The
+ * headers this is compiled against say which they have (the templates
+ * below); the vtable is that release's, so the module records the release
+ * (built_for) and hpalloc.torch refuses to load it under another one.
+ *
  * Kept to one small translation unit: c10's headers are slow to compile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cstring>
+#include <type_traits>
+
 #include <c10/core/CPUAllocator.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include "hpalloc.h"
 
@@ -34,23 +44,55 @@ void hp_delete(void *ptr)
 	hp_free(ptr);
 }
 
-struct HpAllocator final : c10::Allocator {
-	c10::DataPtr allocate(size_t nbytes) const override
-	{
-		const c10::Device cpu(c10::DeviceType::CPU);
-		if (nbytes == 0) /* as c10's: no memory, a null DataPtr */
-			return {nullptr, nullptr, &hp_delete, cpu};
-		void *p = hp_ctx_malloc(torch_ctx, nbytes);
-		if (p == nullptr) {
-			c10::profiledCPUMemoryReporter().OutOfMemory(nbytes);
-			/* c10::Error: Python sees RuntimeError, as with c10's allocator */
-			TORCH_CHECK(false, "hpalloc: not enough memory: you tried to allocate ",
-				    nbytes, " bytes.");
-		}
-		c10::profiledCPUMemoryReporter().New(p, nbytes);
-		return {p, p, &hp_delete, cpu};
+c10::DataPtr hp_allocate(size_t nbytes)
+{
+	const c10::Device cpu(c10::DeviceType::CPU);
+	if (nbytes == 0) /* as c10's: no memory, a null DataPtr */
+		return {nullptr, nullptr, &hp_delete, cpu};
+	void *p = hp_ctx_malloc(torch_ctx, nbytes);
+	if (p == nullptr) {
+		c10::profiledCPUMemoryReporter().OutOfMemory(nbytes);
+		/* c10::Error: Python sees RuntimeError, as with c10's allocator */
+		TORCH_CHECK(false, "hpalloc: not enough memory: you tried to allocate ",
+			    nbytes, " bytes.");
 	}
+	c10::profiledCPUMemoryReporter().New(p, nbytes);
+	return {p, p, &hp_delete, cpu};
+}
 
+/* What this c10's Allocator declares, read from its header.  The override
+ * lives in a partial specialisation on a dependent base, so only the one
+ * matching the header is instantiated (and checked against it). */
+template <typename A>
+using const_allocate = std::is_same<decltype(&A::allocate), c10::DataPtr (A::*)(size_t) const>;
+
+template <typename A, typename = void>
+struct has_copy_data : std::false_type {};
+template <typename A>
+struct has_copy_data<A, std::void_t<decltype(&A::copy_data)>> : std::true_type {};
+
+template <typename Base, bool = const_allocate<Base>::value>
+struct Allocate;
+template <typename Base>
+struct Allocate<Base, true> : Base { /* PyTorch 1.x */
+	c10::DataPtr allocate(size_t nbytes) const override { return hp_allocate(nbytes); }
+};
+template <typename Base>
+struct Allocate<Base, false> : Base { /* PyTorch 2.x */
+	c10::DataPtr allocate(size_t nbytes) override { return hp_allocate(nbytes); }
+};
+
+template <typename Base, bool = has_copy_data<Base>::value>
+struct CopyData : Base {};
+template <typename Base>
+struct CopyData<Base, true> : Base { /* clone(): both blocks are plain memory */
+	void copy_data(void *dest, const void *src, size_t count) const override
+	{
+		std::memcpy(dest, src, count);
+	}
+};
+
+struct HpAllocator final : CopyData<Allocate<c10::Allocator>> {
 	c10::DeleterFnPtr raw_deleter() const override
 	{
 		return &hp_delete;
@@ -156,5 +198,13 @@ PyMODINIT_FUNC PyInit__torch(void);
 
 PyMODINIT_FUNC PyInit__torch(void)
 {
-	return PyModule_Create(&module);
+	PyObject *m = PyModule_Create(&module);
+	/* The release whose headers this was compiled with: hpalloc.torch
+	 * compares it with the torch it runs under before using anything
+	 * else here. */
+	if (m != nullptr && PyModule_AddStringConstant(m, "built_for", TORCH_VERSION) != 0) {
+		Py_DECREF(m);
+		return nullptr;
+	}
+	return m;
 }

@@ -5,12 +5,26 @@ A worker plugin, for clusters you start from Python:
     from dask.distributed import Client
     import hpalloc.dask
     client = Client(cluster)
-    client.register_worker_plugin(hpalloc.dask.HpallocPlugin(threshold="4M"))
+    client.register_plugin(hpalloc.dask.HpallocPlugin(threshold="4M"))
     hpalloc.dask.stats(client)      # every worker's counters and knobs
 
-and the same as a preload module, for workers started from the command line:
+(client.register_worker_plugin on distributed < 2023.9, which has no
+register_plugin; hpalloc.dask.register(client, plugin) calls whichever the
+installed distributed has), and the same as a preload module, for workers
+started from the command line:
 
     dask worker tcp://scheduler:8786 --preload hpalloc.dask --hpalloc threshold=4M
+
+Adapters.  HpallocPlugin(adapters=...) / --hpalloc-adapters choose, as
+HPALLOC_ADAPTERS does for `hpctl run` (same names, same "all", same
+default: numpy,numba,torch; the raw domain "python" is opt-in), which
+adapters the workers switch on: NumPy's at once, Numba's and PyTorch's
+when a task first imports numba or torch (at once if the worker already
+has), through the same activation code `hpctl run` uses (hpalloc_activate),
+so an adapter that does not take is said on the worker's stderr in one
+line and the worker runs on.  Teardown uninstalls what the plugin
+installed (the raw domain stays: its wrapper is for the life of the
+process).
 
 On each worker: NumPy's data-memory handler becomes hpalloc's for the tasks
 (in every executor thread, also threads already running), and for the
@@ -38,17 +52,21 @@ their handler.
 
 import asyncio
 import contextvars
+import importlib
 import logging
 import os
+import sys
 
 import click
-from distributed import WorkerPlugin, get_worker
+import hpalloc_activate as _activation
+from distributed import WorkerPlugin
 
 from . import _hpalloc, config as _config, parse_knob, reset, set as _set, \
     stats as _stats
 from . import numpy as _numpy
 
-__all__ = ["HpallocPlugin", "dask_setup", "stats", "PLUGIN_NAME"]
+__all__ = ["HpallocPlugin", "dask_setup", "stats", "register", "unregister",
+           "PLUGIN_NAME"]
 
 PLUGIN_NAME = "hpalloc"
 logger = logging.getLogger("hpalloc.dask")
@@ -67,6 +85,19 @@ def _canonical(knobs):
         raise ValueError("hpalloc: refused knob value%s: %s"
                          % ("s" if len(errors) > 1 else "", "; ".join(errors)))
     return canon
+
+
+def _adapters(value):
+    """HPALLOC_ADAPTERS' names for value (a string as that variable takes,
+    or a list of names; None: its default), checked by its own parser."""
+    if value is None:
+        return _activation.DEFAULT_ADAPTERS
+    if not isinstance(value, str):
+        value = ",".join(value)
+    try:
+        return _activation.parse_adapters(value)
+    except ValueError as exc:
+        raise ValueError("hpalloc: refused adapters %r: %s" % (value, exc)) from None
 
 
 # ---- the worker side ----------------------------------------------------
@@ -97,20 +128,41 @@ def _numpy_default_handler():
     return contextvars.Context().run(_hpalloc.get_handler)
 
 
+def _adapter_installed(adapter):
+    """Whether hpalloc.<adapter> is imported and installed (never imports
+    it: that would import numba or torch)."""
+    module = sys.modules.get("hpalloc." + adapter)
+    return module is not None and module.installed()
+
+
 class _Activation:
     """What a plugin changed in its worker process, so teardown can put it
-    back: knob overrides, the handler of tasks, the loop's task factory."""
+    back: knob overrides, the handler of tasks, the loop's task factory,
+    the other adapters and their import hook."""
 
     def __init__(self):
         self.knobs = []
         self.loop = None
         self.previous_factory = None
+        self.adapters = ()
+        self.had = set()
+        self.trigger = None
+        self.numpy = False
 
-    def apply(self, worker, knobs):
-        global _task_handler
+    def apply(self, worker, knobs, adapters):
         for name, value in knobs.items():
             _set(name, value)
             self.knobs.append(name)
+        if "numpy" in adapters:
+            self._numpy(worker)
+        # the others as `hpctl run` does (numpy's is the plugin's own, above)
+        self.adapters = tuple(a for a in adapters if a != "numpy")
+        self.had = {a for a in self.adapters if _adapter_installed(a)}
+        self.trigger = _activation.activate(self.adapters)
+
+    def _numpy(self, worker):
+        global _task_handler
+        self.numpy = True
         _numpy.install()
         _task_handler = _hpalloc.handler()
         for executor in getattr(worker, "executors", {}).values():
@@ -124,25 +176,36 @@ class _Activation:
             return
         previous = loop.get_task_factory()
 
-        def task_factory(loop, coro, context=None):
+        def task_factory(loop, coro, context=None, **kwargs):
             if context is None:
                 context = contextvars.copy_context()
             context.run(_select_hpalloc)
             if previous is None:
-                return asyncio.Task(coro, loop=loop, context=context)
+                return asyncio.Task(coro, loop=loop, context=context, **kwargs)
             # a task created inside context.run copies that context
-            return context.run(previous, loop, coro)
+            return context.run(previous, loop, coro, **kwargs)
 
         loop.set_task_factory(task_factory)
         self.loop, self.previous_factory = loop, previous
 
     def undo(self):
         global _task_handler
+        if self.trigger is not None and self.trigger in sys.meta_path:
+            sys.meta_path.remove(self.trigger)
+        self.trigger = None
+        for adapter in self.adapters:
+            # the raw domain cannot go (hpalloc.python: life of the process)
+            if adapter != "python" and adapter not in self.had and \
+                    _adapter_installed(adapter):
+                importlib.import_module("hpalloc." + adapter).uninstall()
+        self.adapters = ()
         if self.loop is not None:
             self.loop.set_task_factory(self.previous_factory)
             self.loop = None
-        _numpy.uninstall()
-        _task_handler = _numpy_default_handler()
+        if self.numpy:
+            _numpy.uninstall()
+            _task_handler = _numpy_default_handler()
+            self.numpy = False
         for name in self.knobs:
             reset(name)
         self.knobs = []
@@ -163,37 +226,43 @@ def _wrap_executor(executor):
 
 
 class HpallocPlugin(WorkerPlugin):
-    """Installs hpalloc for NumPy in every worker (current and future) and
-    applies the given knob values to each worker process only.
+    """Installs hpalloc in every worker (current and future): NumPy's
+    handler and the other adapters chosen, and applies the given knob
+    values to each worker process only.
 
-        client.register_worker_plugin(HpallocPlugin(threshold="4M", mode="thp"))
+        client.register_plugin(HpallocPlugin(threshold="4M", mode="thp"))
+        client.register_plugin(HpallocPlugin(adapters="numpy,torch"))
 
-    Values are checked by the library here, before anything is sent to a
-    worker (ValueError with the library's message), and again on each
+    adapters: as HPALLOC_ADAPTERS (a string, or a list of names; default
+    numpy,numba,torch).  Values are checked here, before anything is sent
+    to a worker (ValueError with the library's message), and again on each
     worker before it changes anything."""
 
     name = PLUGIN_NAME
 
-    def __init__(self, **knobs):
+    def __init__(self, adapters=None, **knobs):
+        self.adapters = _adapters(adapters)
         self.knobs = _canonical(knobs)
         self._activation = None
 
     # Checked again each time the plugin is sent (knobs changed after
-    # __init__ fail the client's register_worker_plugin, nothing is sent)
-    # and when a worker receives it (that worker's library decides, before
+    # __init__ fail the client's register_plugin, nothing is sent) and when
+    # a worker receives it (that worker's library decides, before
     # distributed replaces a previous hpalloc plugin or stores this one).
     def __getstate__(self):
-        return {"knobs": _canonical(self.knobs)}
+        return {"knobs": _canonical(self.knobs), "adapters": _adapters(self.adapters)}
 
     def __setstate__(self, state):
         self.knobs = _canonical(state["knobs"])
+        self.adapters = _adapters(state.get("adapters"))
         self._activation = None
 
     def setup(self, worker):
         self._activation = _Activation()
-        self._activation.apply(worker, self.knobs)
-        logger.info("hpalloc installed for NumPy in worker %s (knobs %s)",
-                    getattr(worker, "address", "?"), self.knobs or "unchanged")
+        self._activation.apply(worker, self.knobs, self.adapters)
+        logger.info("hpalloc installed in worker %s (adapters %s, knobs %s)",
+                    getattr(worker, "address", "?"), ",".join(self.adapters),
+                    self.knobs or "unchanged")
 
     def teardown(self, worker):
         if self._activation is not None:
@@ -219,18 +288,29 @@ def _click_knobs(ctx, param, values):
         raise click.BadParameter(str(exc)) from None
 
 
+def _click_adapters(ctx, param, value):
+    try:
+        return _adapters(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.option("--hpalloc", "knobs", multiple=True, metavar="KNOB=VALUE",
               callback=_click_knobs,
               help="hpalloc knob for this worker process (repeatable)")
-def dask_setup(worker, knobs):
-    """Preload entry point: hpalloc for NumPy in this worker, with knobs."""
+@click.option("--hpalloc-adapters", "adapters", metavar="LIST",
+              callback=_click_adapters,
+              help="adapters to switch on, as HPALLOC_ADAPTERS "
+                   "(default numpy,numba,torch; all)")
+def dask_setup(worker, knobs, adapters):
+    """Preload entry point: hpalloc in this worker, with knobs."""
     from distributed import Worker
     if not isinstance(worker, Worker):
         raise RuntimeError("hpalloc.dask is a worker preload (dask worker "
                            "--preload hpalloc.dask), not for %s"
                            % type(worker).__name__)
-    plugin = HpallocPlugin(**knobs)
+    plugin = HpallocPlugin(adapters=adapters, **knobs)
     plugin.setup(worker)
     # visible like a registered plugin (stats(), teardown at close)
     worker.plugins[PLUGIN_NAME] = plugin
@@ -238,17 +318,33 @@ def dask_setup(worker, knobs):
 
 # ---- the client side --------------------------------------------------------
 
-def _worker_row():
-    """One worker's row: who it is, whether hpalloc serves its NumPy tasks,
-    every counter (hp_stat_name) and every effective knob value."""
+def register(client, plugin):
+    """client.register_plugin(plugin), or register_worker_plugin on a
+    distributed that has no register_plugin (< 2023.9)."""
+    method = getattr(client, "register_plugin", None)
+    if method is None:
+        method = client.register_worker_plugin
+    return method(plugin)
+
+
+def unregister(client):
+    """The hpalloc plugin off every worker (teardown puts them back)."""
+    return client.unregister_worker_plugin(PLUGIN_NAME)
+
+
+def _worker_row(dask_worker=None):
+    """One worker's row: who it is, whether hpalloc serves its tasks,
+    every counter (hp_stat_name) and every effective knob value.
+    (client.run passes the worker as dask_worker.)"""
     row = {"pid": os.getpid()}
-    try:
-        worker = get_worker()
-        row["name"] = worker.name
-        row["plugin"] = PLUGIN_NAME in worker.plugins
-    except ValueError:
+    if dask_worker is not None:
+        row["name"] = dask_worker.name
+        row["plugin"] = PLUGIN_NAME in dask_worker.plugins
+    else:
         row["name"], row["plugin"] = None, False
     row["numpy_installed"] = _numpy.installed()
+    for adapter in ("numba", "torch", "python"):
+        row[adapter + "_installed"] = _adapter_installed(adapter)
     row.update(_stats())
     for knob, info in _config().items():
         row[knob] = info["value"]
@@ -259,8 +355,9 @@ def stats(client):
     """Every worker's hpalloc counters and knobs, gathered with the client:
     a pandas DataFrame indexed by worker address when pandas is installed,
     else a list of dicts (each with a "worker" key).  Columns: pid, name,
-    plugin (the hpalloc plugin is set up there), numpy_installed, every
-    counter of hpalloc.stats() and every knob's effective value."""
+    plugin (the hpalloc plugin is set up there), numpy_installed,
+    numba_installed, torch_installed, python_installed, every counter of
+    hpalloc.stats() and every knob's effective value."""
     rows = client.run(_worker_row)
     table = [dict(worker=address, **rows[address]) for address in sorted(rows)]
     try:

@@ -20,21 +20,53 @@ priority replace the current one (its default allocator has 0).  hpalloc
 takes 1, so a library registering its own with the default priority at
 import does not silently displace it; RuntimeError if a higher one holds
 the slot.
+
+The adapter is compiled against one PyTorch release's C++ headers (c10's
+Allocator changes between releases): importing it under another release
+is an ImportError that says so, before anything of c10 is touched
+(built_for: the release it was built for).
 """
 
+import re
 import threading
 
-import torch as _torch_module  # noqa: F401  (c10 loaded and initialised first)
+import torch as _torch_module  # c10 loaded and initialised first
+
+REINSTALL = ("reinstall hpalloc's Python package in this environment "
+             "(pip install --force-reinstall ./python)")
+
+
+def _release(version):
+    """'2.13.0+cpu' -> '2.13': c10's allocator interface (a C++ vtable) is
+    one release's, patch releases keep it."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return m.group(0) if m else version
+
 
 try:
     from . import _torch
-except ImportError as exc:  # built with configure --without-torch
+except ModuleNotFoundError as exc:
+    if exc.name != __package__ + "._torch":
+        raise
     raise ImportError(
-        "hpalloc was built without its PyTorch adapter (configure found no "
-        "libtorch headers, or --without-torch; Debian: python3-hpalloc-torch): "
-        "%s" % exc) from exc
+        "hpalloc.torch is not available: hpalloc's Python package was built "
+        "without its PyTorch adapter (pip: install torch first, then "
+        "pip install --force-reinstall ./python, whose output says why the "
+        "adapter was left out; Debian: apt install python3-hpalloc-torch; "
+        "autotools: configure found no libtorch headers, or --without-torch)"
+    ) from None
+except ImportError as exc:  # the dynamic linker: built for another libc10
+    raise ImportError("hpalloc.torch does not load with PyTorch %s (%s): %s"
+                      % (_torch_module.__version__, exc, REINSTALL)) from None
 
-__all__ = ["install", "uninstall", "installed"]
+if _release(_torch.built_for) != _release(_torch_module.__version__):
+    raise ImportError("hpalloc.torch was built for PyTorch %s, this is %s: %s"
+                      % (_release(_torch.built_for),
+                         _torch_module.__version__, REINSTALL))
+
+__all__ = ["install", "uninstall", "installed", "built_for"]
+
+built_for = _torch.built_for
 
 _lock = threading.Lock()
 

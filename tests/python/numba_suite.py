@@ -9,6 +9,10 @@ tests start -- NumPy's handler, the raw domain (hpalloc.python) and NRT
 threshold=64K so that most of the tests' arrays take the huge path.
 Numba's tests check NRT's allocation counters themselves (MemoryLeakMixin).
 
+The hpalloc tested is the build tree's (--inplace, what make check-numba
+passes) or, with --installed, the one this interpreter imports (a package
+pip installed into a venv).
+
 Writes <out-dir>/{default,hpalloc}.txt ("test id outcome" per test) and
 logs, and fails if any outcome differs, if a run fails, or if the hpalloc
 run served no huge block.
@@ -129,12 +133,23 @@ def main():
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
                         help="the build tree's python/inplace directory")
+    parser.add_argument("--installed", action="store_true",
+                        help="test the hpalloc this interpreter imports instead")
     parser.add_argument("modules", nargs="*", help="test modules (after --)")
     args = parser.parse_args()
-    if not args.inplace:
-        sys.exit("check-numba: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) is required")
+    if args.installed:
+        args.inplace = None
+        try:
+            import hpalloc
+        except ImportError as exc:
+            sys.exit("check-numba: --installed, but %s cannot import hpalloc: %s"
+                     % (sys.executable, exc))
+        print("check-numba: testing %s" % os.path.dirname(hpalloc.__file__), flush=True)
+    elif not args.inplace:
+        sys.exit("check-numba: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) or "
+                 "--installed is required")
     try:
-        import numba  # noqa: F401
+        import numba
     except ImportError:
         sys.exit("check-numba: Numba is not installed (Debian: python3-numba)")
     modules = args.modules or MODULES
@@ -145,7 +160,7 @@ def main():
             f.write(SITECUSTOMIZE)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         env.pop(ADAPTERS_ENV, None)
-        env["PYTHONPATH"] = os.pathsep.join([tmp, args.inplace] + [
+        env["PYTHONPATH"] = os.pathsep.join([tmp] + ([args.inplace] if args.inplace else []) + [
             p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         for knob in [k for k in env if k.startswith("HPALLOC_")]:
             env.pop(knob)
@@ -158,7 +173,7 @@ def main():
         print("check-numba: %-8s %d passed, %d failed, %d errors, %d skipped, %d xfailed" % (
             label, count(res, "passed"), count(res, "failed"), count(res, "error"),
             count(res, "skipped"), count(res, "xfailed")))
-    print("check-numba: hpalloc run: %s" % header)
+    print("check-numba: hpalloc run: %s; Numba %s" % (header, numba.__version__))
     differ = sorted(t for t in set(default) | set(hp) if default.get(t) != hp.get(t))
     for test_id in differ:
         print("check-numba: DIFFERS: %s: %s -> %s" % (

@@ -5,6 +5,11 @@ scheduler`.  What the workers report is checked inside them against their own
 /proc/self/smaps, and from outside with `hpctl stats` (the published
 entries).
 
+The plugin also switches on the adapters HPALLOC_ADAPTERS names (Numba's
+and PyTorch's when a task imports them), and teardown switches them off.
+hpalloc's modules must not warn (deprecated distributed APIs): their
+DeprecationWarnings and FutureWarnings are errors, here and in the workers.
+
 One cluster per module (start-up costs seconds); every blocking call has a
 timeout, and a watchdog dumps the stacks and exits if a test hangs anyway.
 """
@@ -37,6 +42,16 @@ from conftest import MiB, python_env
 # The functions below run inside the workers: ship them by value, the
 # workers cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# A warning of hpalloc's own code (the client side here, the plugin in the
+# workers through PYTHONWARNINGS, which they inherit) fails the test.
+HPALLOC_MODULES = ("hpalloc", "hpalloc.dask", "hpalloc.numpy", "hpalloc.numba",
+                   "hpalloc.torch", "hpalloc.python", "hpalloc_activate")
+WARNINGS_AS_ERRORS = ",".join("error::%s:%s" % (category, module)
+                              for module in HPALLOC_MODULES
+                              for category in ("DeprecationWarning", "FutureWarning"))
+pytestmark = [pytest.mark.filterwarnings("error::DeprecationWarning:hpalloc"),
+              pytest.mark.filterwarnings("error::FutureWarning:hpalloc")]
 
 ARRAY = 64 * MiB
 TIMEOUT = 60            # any one blocking Dask call
@@ -81,7 +96,9 @@ def report(arr):
         "handler": hpnp.get_handler_name(arr) if arr.flags.owndata else None,
         # the hpalloc block holding the data (interior pointers work)
         "backend": _hpalloc.backing(address)["backend"],
+        # the worker's own smaps: the test's reading, and the library's
         "smaps_huge": smaps_huge(address),
+        "backing_huge": hpnp.backing(arr)["huge_bytes"],
         "nbytes": arr.nbytes,
     }
 
@@ -104,16 +121,50 @@ def make_payload(nbytes, kind):
     return np.ones(nbytes, dtype=np.uint8)
 
 
-def worker_state():
-    """Everything the plugin could change in a worker."""
+def worker_state(dask_worker):
+    """Everything the plugin could change in a worker (client.run passes
+    the worker as dask_worker)."""
     import numpy as np
     import hpalloc.numpy as hpnp
-    from distributed import get_worker
     knobs = {k: (v["value"], v["source"]) for k, v in hpalloc.config().items()}
-    return {"plugins": sorted(get_worker().plugins),
+    adapters = {a: sys.modules["hpalloc." + a].installed()
+                for a in ("numba", "torch") if "hpalloc." + a in sys.modules}
+    return {"plugins": sorted(dask_worker.plugins),
             "installed": hpnp.installed(),
+            "adapters": adapters,
+            "hooks": sorted(type(f).__name__ for f in sys.meta_path
+                            if type(f).__module__ == "hpalloc_activate"),
             "loop_handler": hpnp.get_handler_name(np.ones(1)),
             "knobs": knobs}
+
+
+def torch_tensor_report(nbytes):
+    """A task importing torch (first import in this worker: the plugin's
+    hook installs hpalloc.torch then) and making a tensor."""
+    import torch
+    import hpalloc.numpy as hpnp
+    t = torch.ones(nbytes // 8, dtype=torch.float64)
+    return {"backend": hpnp.backing(t)["backend"], "smaps_huge": smaps_huge(t.data_ptr()),
+            "backing_huge": hpnp.backing(t)["huge_bytes"], "nbytes": nbytes,
+            "installed": sys.modules["hpalloc.torch"].installed()
+            if "hpalloc.torch" in sys.modules else False}
+
+
+def numba_array_report(nbytes):
+    """A task compiling @njit code that makes an array."""
+    import numpy as np
+    from numba import njit
+
+    @njit
+    def make(n):
+        a = np.empty(n)
+        a[:] = 1.0
+        return a
+
+    info = report(make(nbytes // 8))
+    info["installed"] = sys.modules["hpalloc.numba"].installed() \
+        if "hpalloc.numba" in sys.modules else False
+    return info
 
 
 def handler_in_task(hold=0.0):
@@ -192,6 +243,7 @@ def by_worker(client, fn, *args):
 def check_on_hpalloc(info, what):
     assert info["backend"] in ("thp", "hugetlb"), (what, info)
     assert info["smaps_huge"] >= info["nbytes"] * 3 // 4, (what, info)
+    assert info["backing_huge"] >= info["nbytes"] * 3 // 4, (what, info)
 
 
 def check_cluster(client, expect_knobs):
@@ -258,11 +310,19 @@ def check_cluster(client, expect_knobs):
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(processes=True, n_workers=2, threads_per_worker=2,
-                      dashboard_address=None, silence_logs=50) as cluster, \
-            Client(cluster, timeout=TIMEOUT) as client:
-        client.wait_for_workers(2, timeout=TIMEOUT)
-        yield cluster, client
+    saved = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = WARNINGS_AS_ERRORS   # the workers' (inherited)
+    try:
+        with LocalCluster(processes=True, n_workers=2, threads_per_worker=2,
+                          dashboard_address=None, silence_logs=50) as cluster, \
+                Client(cluster, timeout=TIMEOUT) as client:
+            client.wait_for_workers(2, timeout=TIMEOUT)
+            yield cluster, client
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONWARNINGS")
+        else:
+            os.environ["PYTHONWARNINGS"] = saved
 
 
 def states(client):
@@ -282,7 +342,12 @@ def test_invalid_knob_refused_before_anything_is_sent(cluster):
     plugin = hpalloc.dask.HpallocPlugin(threshold="2M")
     plugin.knobs["mode"] = "fast"
     with pytest.raises(ValueError, match="mode.*'fast'"):
-        client.register_worker_plugin(plugin)
+        hpalloc.dask.register(client, plugin)
+    with pytest.raises(ValueError, match="refused adapters 'numpy,bogus': expected "
+                       "a comma-separated list of python numpy numba torch, or all"):
+        hpalloc.dask.HpallocPlugin(adapters="numpy,bogus")
+    with pytest.raises(ValueError, match="refused adapters"):
+        hpalloc.dask.HpallocPlugin(adapters=[])
     assert dict(cluster.scheduler.worker_plugins) == registered
     assert states(client) == before
 
@@ -298,7 +363,7 @@ def test_invalid_knob_refused_by_each_worker(cluster, monkeypatch):
     monkeypatch.setattr(hpalloc.dask.HpallocPlugin, "__getstate__",
                         lambda self: {"knobs": self.knobs})
     with pytest.raises(Exception, match="threshold: invalid value '4Q'"):
-        client.register_worker_plugin(plugin)
+        hpalloc.dask.register(client, plugin)
     assert states(client) == before
     # distributed keeps what was sent for future workers: put it back
     cluster.scheduler.worker_plugins.clear()
@@ -312,7 +377,7 @@ def test_plugin_on_local_cluster(cluster):
     for w, threads in before.items():
         assert len(threads) == 2, before
         assert set(threads.values()) == {"default_allocator"}, before
-    client.register_worker_plugin(hpalloc.dask.HpallocPlugin(threshold="2M"))
+    hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin(threshold="2M"))
     for w, state in states(client).items():
         assert "hpalloc" in state["plugins"] and state["installed"], state
         assert state["knobs"]["threshold"] == ("2M", "process"), state
@@ -334,19 +399,65 @@ def test_stats_without_pandas(cluster, monkeypatch):
 
 def test_unregister_puts_workers_back(cluster):
     cluster, client = cluster
-    client.unregister_worker_plugin(hpalloc.dask.PLUGIN_NAME)
+    hpalloc.dask.unregister(client)
     for w, state in states(client).items():
         assert "hpalloc" not in state["plugins"] and not state["installed"]
         assert state["knobs"]["threshold"][1] != "process", state
+        assert state["hooks"] == [], state   # numba/torch never imported: hook gone
     for w, threads in handlers_in_every_thread(client).items():
         assert set(threads.values()) == {"default_allocator"}, threads
 
 
+def test_plugin_switches_adapters_on_and_off(cluster):
+    """HpallocPlugin(adapters=...): Numba's and PyTorch's adapters installed
+    in each worker when a task first imports numba / torch, their arrays and
+    tensors on huge pages per the worker's smaps; unregistering uninstalls
+    them.  (No task of this module imported numba or torch before.)"""
+    import importlib.util
+    wanted = [m for m in ("numba", "torch") if importlib.util.find_spec(m)]
+    if not wanted:
+        pytest.skip("neither Numba nor PyTorch is installed for %s" % sys.executable)
+    cluster, client = cluster
+    hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin(
+        adapters="numpy," + ",".join(wanted), threshold="2M"))
+    try:
+        for w, state in states(client).items():
+            assert state["installed"] and "hpalloc" in state["plugins"], state
+        if "numba" in wanted:
+            for w, info in by_worker(client, numba_array_report, ARRAY).items():
+                assert info["installed"], info
+                check_on_hpalloc(info, "@njit array on %s" % w)
+        if "torch" in wanted:
+            for w, info in by_worker(client, torch_tensor_report, ARRAY).items():
+                assert info["installed"], info
+                check_on_hpalloc(info, "tensor on %s" % w)
+        table = hpalloc.dask.stats(client)
+        for module in wanted:
+            assert table[module + "_installed"].all(), table
+    finally:
+        hpalloc.dask.unregister(client)
+    for w, state in states(client).items():
+        assert not state["installed"] and state["hooks"] == [], state
+        assert state["adapters"] == {m: False for m in wanted}, state
+
+
 # ---- the preload: `dask scheduler` + `dask worker --preload hpalloc.dask` ---------
+
+def cli_env():
+    """The test's environment, with this directory importable (the
+    scheduler unpickles the tasks' functions: distributed pickles them by
+    reference, cloudpickle's by-value registration is not consulted) and
+    hpalloc's warnings as errors."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = python_env(PYTHONWARNINGS=WARNINGS_AS_ERRORS)
+    env["PYTHONPATH"] = os.pathsep.join([here] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
 
 def dask_cli(*args, log):
     return subprocess.Popen([sys.executable, "-m", "dask", *args],
-                            env=python_env(), stdout=log, stderr=subprocess.STDOUT,
+                            env=cli_env(), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
@@ -405,6 +516,8 @@ def test_preload_of_dask_worker(tmp_path):
     (["--hpalloc", "threshold=4Q"], "threshold: invalid value '4Q'"),
     (["--hpalloc", "threshold"], "expected KNOB=VALUE"),
     (["--hpalloc", "bogus=1"], "bogus"),
+    (["--hpalloc-adapters", "numpy,bogus"], "expected a comma-separated list of "
+     "python numpy numba torch, or all"),
 ])
 def test_preload_refuses_bad_knobs(argv, message):
     """A usage error before any worker starts (no scheduler needed)."""

@@ -1,7 +1,10 @@
 """hpalloc.numba: arrays made in @njit code on huge pages (checked in
 /proc/self/smaps), freed once by hpalloc from any thread and after
-uninstall(), NRT's own allocation counters balanced; the external
-allocator for extension authors."""
+uninstall(), NRT's own allocation counters balanced; the stand-in replaces
+the function this Numba's code calls (NRT_MemInfo_alloc_aligned since 0.57,
+the "safe" one with debug markers before and under NUMBA_DEBUG_NRT), with
+the alignment asked and no markers the replaced function lacks; the
+external allocator for extension authors."""
 
 import ctypes
 import sys
@@ -17,7 +20,7 @@ numba = pytest.importorskip(
 import hpalloc  # noqa: E402
 import hpalloc.numba as hnb  # noqa: E402
 import hpalloc.numpy as hpnp  # noqa: E402
-from conftest import MiB, data_address, python_env, run_python  # noqa: E402
+from conftest import MiB, data_address, python_env, run_python, smaps_entry  # noqa: E402
 from hp_memory import SIZE, assert_huge, assert_not_huge, mapping_range  # noqa: E402
 from numba import njit, prange  # noqa: E402
 from numba.core.runtime import _nrt_python, rtsys  # noqa: E402
@@ -37,6 +40,11 @@ def expression(a, b):
     return a * 2.0 + b   # a temporary and a result, both NRT arrays
 
 
+@njit
+def make_empty(n):
+    return np.empty(n)
+
+
 @njit(parallel=True)
 def parallel_sums(count, n):
     out = np.empty(count)
@@ -44,6 +52,21 @@ def parallel_sums(count, n):
         t = np.ones(n)   # allocated in NRT's worker threads
         out[i] = t.sum()
     return out
+
+
+@pytest.fixture(autouse=True)
+def nrt_stats():
+    """NRT's allocation counters on for each test (Numba >= 0.57 keeps them
+    off unless NUMBA_NRT_STATS=1; older ones always count)."""
+    enabled = getattr(_nrt_python, "memsys_stats_enabled", None)
+    if enabled is None or enabled():
+        yield
+        return
+    _nrt_python.memsys_enable_stats()
+    try:
+        yield
+    finally:
+        _nrt_python.memsys_disable_stats()
 
 
 @pytest.fixture
@@ -231,3 +254,125 @@ def test_tracemalloc_sees_njit_arrays(nrt):
     assert top.traceback[0].lineno == line
     assert (out == MiB // 8).all()
     del a
+
+
+# ---- the stand-in: which function, which alignment, which markers -------------
+
+SAFE = "NRT_MemInfo_alloc_safe_aligned"
+
+
+def test_stands_in_for_the_function_compiled_code_calls(nrt):
+    """The symbol install() routes is the one in the code Numba generates
+    for np.empty (a different one would leave every array on NRT's)."""
+    make_empty(1)
+    ir = "\n".join(make_empty.inspect_llvm().values())
+    assert "@%s(" % hnb.symbol() in ir
+    others = {"NRT_MemInfo_alloc_aligned", SAFE} - {hnb.symbol()}
+    assert not any("@%s(" % o in ir for o in others)
+
+
+def test_no_debug_markers_numba_does_not_write(nrt, knobs):
+    """Where Numba's code calls the plain function, np.empty's data is not
+    written (no 0xCB fill faulting in every page, no 0xDE fill at free):
+    its fresh mapping has (almost) nothing resident.  With the safe
+    function the markers are Numba's own behaviour and stay."""
+    knobs(cache_max="0")     # a fresh mapping, not a cached (resident) one
+    hpalloc.cache_flush()
+    a = make_empty(N)
+    try:
+        assert hpnp.backing(a)["backend"] in ("thp", "hugetlb")
+        if hnb.symbol() == SAFE:   # (Numba < 0.57 marks the first 256 bytes)
+            assert (a[:32].view(np.uint8) == 0xCB).all()
+        else:
+            rss = smaps_entry(data_address(a))["Rss"]
+            assert rss <= 4 * MiB, "np.empty's pages were written: Rss %d" % rss
+    finally:
+        del a   # before the fixture counts NRT's frees
+
+
+def test_debug_nrt_keeps_the_markers():
+    """NUMBA_DEBUG_NRT=1: Numba's code calls the safe function, and arrays
+    made through hpalloc are filled with its markers, on huge pages."""
+    proc = run_python(textwrap.dedent("""
+        import numpy as np, hpalloc.numba, hpalloc.numpy
+        from numba import njit
+        hpalloc.numba.install()
+        @njit
+        def make(n):
+            return np.empty(n)
+        a = make(8 << 20)
+        print(hpalloc.numba.symbol(), hpalloc.numpy.backing(a)["backend"],
+              hex(a.view(np.uint8)[100]), a.ctypes.data % 32)
+    """), env=python_env(NUMBA_DEBUG_NRT="1"))
+    # (NRT's debug mode prints its own lines to stdout first)
+    symbol, backend, byte, misalign = proc.stdout.splitlines()[-1].split()
+    assert symbol == SAFE and backend in ("thp", "hugetlb"), proc.stdout
+    assert byte == "0xcb" and misalign == "0"
+
+
+def call_standin(size, align):
+    standin = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t,
+                               ctypes.c_uint)(hnb._nrt.standin_address())
+    return standin(size, align)
+
+
+@pytest.mark.parametrize("size", [0, 1, 100, 4096, SIZE])
+@pytest.mark.parametrize("align", [1, 8, 24, 32, 64, 4096])
+def test_standin_alignment(nrt, size, align):
+    """The data of every MemInfo the stand-in makes is aligned as asked
+    (NRT's rule: a multiple of align, also not a power of two), writable
+    over its whole size, freed by hpalloc when released."""
+    helpers = _nrt_python.c_helpers
+    data_of = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(helpers["MemInfo_data"])
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(helpers["MemInfo_release"])
+    before = numba_bytes()
+    mi = call_standin(size, align)
+    assert mi
+    data = data_of(mi)
+    assert data % align == 0
+    if size:
+        ctypes.memset(data, 0x5A, size)
+    if size >= SIZE:
+        assert_huge(data, size)
+    release(mi)
+    assert numba_bytes() == before
+
+
+def test_standin_refuses_an_impossible_size():
+    """A size that wraps NRT's header arithmetic (NRT adds it unchecked) is
+    a failed allocation (NULL: MemoryError in compiled code), not a small
+    block; nothing allocated, NRT not even asked."""
+    before, stats0 = numba_bytes(), rtsys.get_allocation_stats()
+    hnb.install()
+    try:
+        assert not call_standin((1 << 64) - 16, 32)
+        assert not call_standin((1 << 64) - 1, 4096)
+        assert not call_standin((1 << 64) - 4096, 1)
+    finally:
+        hnb.uninstall()
+    assert numba_bytes() == before
+    assert rtsys.get_allocation_stats() == stats0
+
+
+def test_install_leaves_numba_runtime_lazy():
+    """install() compiles nothing: Numba >= 0.57 initialises its runtime at
+    the first compilation (Numba's own test_nrt.TestNRTIssue checks it),
+    and the stand-in is registered after that initialisation, which
+    registers NRT's symbols over any earlier one.  (Numba < 0.57
+    initialises it with the CPU target's context.)"""
+    proc = run_python(textwrap.dedent("""
+        import numpy as np, numba, hpalloc.numba, hpalloc.numpy
+        from numba.core.runtime import rtsys
+        hpalloc.numba.install()
+        lazy = not rtsys._init
+        @numba.njit
+        def make(n):
+            return np.ones(n)
+        a = make(8 << 20)
+        print(lazy, rtsys._init, hpalloc.numpy.backing(a)["backend"],
+              a[-1], hpalloc.stats()["numba_huge_bytes"] >= 64 << 20)
+    """), env=python_env())
+    lazy, init, backend, last, counted = proc.stdout.split()
+    old = tuple(int(x) for x in numba.__version__.split(".")[:2]) < (0, 57)
+    assert lazy == str(old is False) and init == "True", proc.stdout
+    assert backend in ("thp", "hugetlb") and last == "1.0" and counted == "True"

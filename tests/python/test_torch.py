@@ -2,7 +2,9 @@
 memory shared with NumPy (torch.from_numpy, Tensor.numpy, DLPack) freed
 once, by its allocator, when the last owner goes, in either order; storage
 freed from other threads and after uninstall(); a failed allocation is
-PyTorch's RuntimeError with nothing left behind."""
+PyTorch's RuntimeError with nothing left behind; the adapter refuses, in
+one line, a PyTorch release other than the one it was built for, and says
+how to get it when it was not built."""
 
 import gc
 import threading
@@ -15,7 +17,7 @@ torch = pytest.importorskip(
 
 import hpalloc  # noqa: E402
 import hpalloc.numpy as hpnp  # noqa: E402
-from conftest import MiB, data_address, smaps_entry  # noqa: E402
+from conftest import MiB, data_address, run_python, smaps_entry  # noqa: E402
 from hp_memory import SIZE, assert_huge, assert_not_huge, mapping_range  # noqa: E402
 
 try:
@@ -263,3 +265,91 @@ def test_profiler_sees_hpalloc_allocations(adapter):
         del x
     rows = {e.key: e for e in prof.key_averages()}
     assert rows["aten::empty"].cpu_memory_usage >= 8 * MiB
+
+
+# ---- built for one release ------------------------------------------------------
+
+def test_records_the_release_it_was_built_for():
+    release = ".".join(torch.__version__.split(".")[:2])
+    assert htorch.built_for.startswith(release + ".")
+    assert htorch.built_for == htorch._torch.built_for
+
+
+def import_error(prelude):
+    """The one line `import hpalloc.torch` raises after prelude, in a fresh
+    interpreter."""
+    proc = run_python(prelude + """
+try:
+    import hpalloc.torch
+except ImportError as exc:
+    print(exc)
+else:
+    print("imported")
+""")
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    return lines[0]
+
+
+REINSTALL = ("reinstall hpalloc's Python package in this environment "
+             "(pip install --force-reinstall ./python)")
+
+
+def test_refuses_another_release():
+    """c10's Allocator is a C++ vtable of one release: under another, the
+    adapter must not be used (a wrong vtable is a crash, not an error)."""
+    built = ".".join(htorch.built_for.split(".")[:2])
+    line = import_error("import torch; torch.__version__ = '1.0.0+other'")
+    assert line == ("hpalloc.torch was built for PyTorch %s, this is "
+                    "1.0.0+other: %s" % (built, REINSTALL))
+    # a patch release of the same one is the same interface
+    patch = htorch.built_for.rsplit(".", 1)[0] + ".99+local"
+    assert import_error("import torch; torch.__version__ = %r" % patch) == "imported"
+
+
+def test_not_built_says_how_to_get_it():
+    line = import_error("import sys; sys.modules['hpalloc._torch'] = None")
+    assert line.startswith("hpalloc.torch is not available: hpalloc's Python "
+                           "package was built without its PyTorch adapter")
+    for how in ("install torch first", "pip install --force-reinstall ./python",
+                "python3-hpalloc-torch", "--without-torch"):
+        assert how in line
+
+
+def test_not_loadable_says_reinstall():
+    """The dynamic linker refusing the module (built against another
+    libc10: a missing symbol) is the same advice, with its reason."""
+    line = import_error("""
+import sys, importlib.abc
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hpalloc._torch":
+            raise ImportError("_torch.so: undefined symbol: _ZN3c1010Allocator")
+sys.meta_path.insert(0, Refuse())
+""")
+    assert line.startswith("hpalloc.torch does not load with PyTorch %s "
+                           "(_torch.so: undefined symbol: " % torch.__version__)
+    assert line.endswith(REINSTALL)
+
+
+def test_copy_on_write_clone_on_hpalloc(adapter):
+    """PyTorch 2's lazy (copy-on-write) clone copies the storage when one
+    side is written, through the storage's allocator: Allocator::clone,
+    i.e. allocate() + copy_data(), the members PyTorch 2 added."""
+    lazy_clone = getattr(torch, "_lazy_clone", None)
+    if lazy_clone is None:
+        pytest.skip("PyTorch %s has no copy-on-write storage (torch._lazy_clone, "
+                    "PyTorch >= 2.3)" % torch.__version__)
+    t = torch.arange(N, dtype=torch.float64)
+    c = lazy_clone(t)
+    # shared until written (data_ptr() would materialise it: a write access)
+    assert torch._C._is_cow_tensor(c)
+    assert c.const_data_ptr() == t.const_data_ptr()
+    before = torch_bytes()
+    c.add_(1.0)                               # materialised: clone()
+    assert not torch._C._is_cow_tensor(c)
+    assert c.data_ptr() != t.data_ptr()
+    assert torch_bytes() >= before + SIZE
+    assert_huge(c.data_ptr(), SIZE)
+    assert t[N - 1].item() == N - 1 and c[N - 1].item() == N
+    assert c[0].item() == 1.0 and t[0].item() == 0.0

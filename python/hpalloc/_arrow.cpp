@@ -1,0 +1,272 @@
+/* hpalloc._arrow — Arrow's memory pool (pyarrow) on hpalloc.
+ *
+ * pyarrow allocates every buffer (pa.array, pandas' Arrow-backed columns,
+ * compute results) from a memory pool, by default a jemalloc or mimalloc
+ * built into the wheel, which neither the NumPy handler nor the preload
+ * library sees.  install() makes pyarrow's default pool (the one
+ * pa.default_memory_pool() returns, and every pyarrow call without a
+ * memory_pool= uses) a pool whose large requests go to hpalloc's huge
+ * path (hp_huge_alloc: threshold, mode, fallback are the library's) and
+ * whose others go to the pool it replaced, so small buffers keep
+ * jemalloc/mimalloc's speed.  Blocks are routed by address on free and
+ * realloc (hp_owns), so each goes back where it came from whatever
+ * happens to the default pool later; the pool is static (pyarrow keeps a
+ * raw pointer to it).
+ *
+ * Arrow's C++ classes are one release's (libarrow.so.<major>00): the
+ * module records the release it was compiled for (built_for) and
+ * hpalloc.arrow refuses another.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include <arrow/memory_pool.h>
+#include <arrow/python/common.h>
+#include <arrow/python/lib_api.h>
+#include <arrow/status.h>
+#include <arrow/util/config.h>
+
+#include "hpalloc.h"
+
+namespace {
+
+void *arrow_ctx; /* hp_ctx(HP_ORIGIN_API, 0), set before first use */
+
+class HpPool final : public arrow::MemoryPool {
+public:
+	/* Requests below the huge path go to `small` (set once, before use). */
+	arrow::MemoryPool *small = nullptr;
+
+	arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t **out) override
+	{
+		if (size < 0)
+			return arrow::Status::Invalid("negative malloc size");
+		void *p;
+		switch (hp_huge_alloc(arrow_ctx, static_cast<size_t>(size),
+				      static_cast<size_t>(alignment), 0, &p)) {
+		case 0:
+			*out = static_cast<uint8_t *>(p);
+			count(size, size);
+			return arrow::Status::OK();
+		case 1: {
+			arrow::Status st = small->Allocate(size, alignment, out);
+			if (st.ok())
+				count(size, size);
+			return st;
+		}
+		default:
+			return out_of_memory(size);
+		}
+	}
+
+	arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
+				 uint8_t **ptr) override
+	{
+		if (new_size < 0)
+			return arrow::Status::Invalid("negative realloc size");
+		if (hp_owns(*ptr)) {
+			void *p;
+			switch (hp_huge_realloc(arrow_ctx, *ptr, static_cast<size_t>(new_size), &p)) {
+			case 0:
+				*ptr = static_cast<uint8_t *>(p);
+				count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
+				return arrow::Status::OK();
+			case 1:
+				return move(old_size, new_size, alignment, ptr);
+			default:
+				return out_of_memory(new_size);
+			}
+		}
+		/* the small pool's block: growing past the threshold moves it here */
+		void *p;
+		int rc = hp_huge_alloc(arrow_ctx, static_cast<size_t>(new_size),
+				       static_cast<size_t>(alignment), 0, &p);
+		if (rc == 1) {
+			arrow::Status st = small->Reallocate(old_size, new_size, alignment, ptr);
+			if (st.ok())
+				count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
+			return st;
+		}
+		if (rc != 0)
+			return out_of_memory(new_size);
+		std::memcpy(p, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+		small->Free(*ptr, old_size, alignment);
+		*ptr = static_cast<uint8_t *>(p);
+		count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
+		return arrow::Status::OK();
+	}
+
+	void Free(uint8_t *buffer, int64_t size, int64_t alignment) override
+	{
+		if (hp_owns(buffer))
+			hp_free(buffer);
+		else
+			small->Free(buffer, size, alignment);
+		bytes_.fetch_sub(size, std::memory_order_relaxed);
+	}
+
+	void ReleaseUnused() override
+	{
+		small->ReleaseUnused();
+	}
+
+	int64_t bytes_allocated() const override
+	{
+		return bytes_.load(std::memory_order_relaxed);
+	}
+	int64_t max_memory() const override
+	{
+		return max_.load(std::memory_order_relaxed);
+	}
+	int64_t total_bytes_allocated() const override
+	{
+		return total_.load(std::memory_order_relaxed);
+	}
+	int64_t num_allocations() const override
+	{
+		return allocations_.load(std::memory_order_relaxed);
+	}
+	std::string backend_name() const override
+	{
+		return "hpalloc";
+	}
+
+private:
+	std::atomic<int64_t> bytes_{0}, max_{0}, total_{0}, allocations_{0};
+
+	/* Arrow's own pools' statistics: live bytes, their peak, bytes ever
+	 * asked (growth only), allocations and reallocations. */
+	void count(int64_t delta, int64_t asked)
+	{
+		int64_t now = bytes_.fetch_add(delta, std::memory_order_relaxed) + delta;
+		int64_t peak = max_.load(std::memory_order_relaxed);
+		while (now > peak && !max_.compare_exchange_weak(peak, now, std::memory_order_relaxed))
+			;
+		total_.fetch_add(asked, std::memory_order_relaxed);
+		allocations_.fetch_add(1, std::memory_order_relaxed);
+	}
+
+	/* A huge block the huge path no longer takes (the knobs changed):
+	 * allocate anew, copy, give the old one back. */
+	arrow::Status move(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t **ptr)
+	{
+		uint8_t *fresh;
+		arrow::Status st = Allocate(new_size, alignment, &fresh);
+		if (!st.ok())
+			return st;
+		std::memcpy(fresh, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+		Free(*ptr, old_size, alignment);
+		*ptr = fresh;
+		return arrow::Status::OK();
+	}
+
+	static arrow::Status out_of_memory(int64_t size)
+	{
+		return arrow::Status::OutOfMemory("hpalloc: not enough memory for ", size,
+						  " bytes");
+	}
+};
+
+/* Static: pyarrow keeps a raw pointer to the default pool forever. */
+HpPool pool;
+
+int ready()
+{
+	if (arrow_ctx == nullptr && (arrow_ctx = hp_ctx(HP_ORIGIN_API, 0)) == nullptr) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	if (import_pyarrow__lib() != 0)
+		return -1;
+	return 0;
+}
+
+/* The default pool becomes hpalloc's, over the one there now (the first
+ * install() decides which: later ones find hpalloc's, or put it back). */
+PyObject *py_install(PyObject *, PyObject *)
+{
+	if (ready() != 0)
+		return nullptr;
+	arrow::MemoryPool *current = arrow::py::get_memory_pool();
+	if (current == &pool)
+		Py_RETURN_NONE;
+	if (pool.small == nullptr)
+		pool.small = current;
+	else if (current != pool.small) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"pyarrow's default memory pool was changed since hpalloc.arrow "
+				"was first installed: hpalloc keeps sending small buffers to the "
+				"first one (set it back with pyarrow.set_memory_pool())");
+		return nullptr;
+	}
+	arrow::py::set_default_memory_pool(&pool);
+	Py_RETURN_NONE;
+}
+
+/* The pool install() replaced comes back, unless another replaced
+ * hpalloc's since (that one stays).  Buffers on hpalloc stay valid. */
+PyObject *py_uninstall(PyObject *, PyObject *)
+{
+	if (arrow::py::get_memory_pool() == &pool)
+		arrow::py::set_default_memory_pool(pool.small);
+	Py_RETURN_NONE;
+}
+
+PyObject *py_installed(PyObject *, PyObject *)
+{
+	return PyBool_FromLong(arrow::py::get_memory_pool() == &pool);
+}
+
+/* hpalloc's pool as a pyarrow.MemoryPool, for memory_pool= arguments. */
+PyObject *py_pool(PyObject *, PyObject *)
+{
+	if (ready() != 0)
+		return nullptr;
+	if (pool.small == nullptr)
+		pool.small = arrow::py::get_memory_pool();
+	return box_memory_pool(&pool);
+}
+
+PyMethodDef methods[] = {
+	{"install", py_install, METH_NOARGS,
+	 "install(): pyarrow's default memory pool becomes hpalloc's"},
+	{"uninstall", py_uninstall, METH_NOARGS,
+	 "uninstall(): the pool install() replaced comes back"},
+	{"installed", py_installed, METH_NOARGS,
+	 "installed() -> True while pyarrow's default pool is hpalloc's"},
+	{"pool", py_pool, METH_NOARGS, "pool() -> hpalloc's pool as a pyarrow.MemoryPool"},
+	{nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {
+	PyModuleDef_HEAD_INIT,
+	"hpalloc._arrow",
+	"pyarrow's memory pool on hpalloc (use hpalloc.arrow).",
+	-1,
+	methods,
+	nullptr,
+	nullptr,
+	nullptr,
+	nullptr,
+};
+
+} // namespace
+
+PyMODINIT_FUNC PyInit__arrow(void);
+
+PyMODINIT_FUNC PyInit__arrow(void)
+{
+	PyObject *m = PyModule_Create(&module);
+	/* The release whose headers this was compiled with: hpalloc.arrow
+	 * compares it with pyarrow's before using anything else here. */
+	if (m != nullptr && PyModule_AddStringConstant(m, "built_for", ARROW_VERSION_STRING) != 0) {
+		Py_DECREF(m);
+		return nullptr;
+	}
+	return m;
+}

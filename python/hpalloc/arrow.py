@@ -1,0 +1,100 @@
+"""hpalloc as pyarrow's default memory pool (pandas' Arrow-backed columns).
+
+pyarrow allocates every buffer -- pa.array(), pandas' "int64[pyarrow]" and
+pyarrow-backed string columns, compute results, IPC and Parquet reads made
+from Python -- from its default memory pool: a jemalloc or mimalloc built
+into the wheel, which neither hpalloc's NumPy handler nor its preload
+library sees.  install() makes that pool hpalloc's (C++ adapter): requests
+of at least the `threshold` knob go to hpalloc's huge path (mode, fallback,
+page size: the library's knobs), the others to the pool it replaced, so
+small buffers keep its speed.  Importing this module imports pyarrow and
+changes nothing else.
+
+    hpalloc.arrow.install()      # buffers allocated from now on
+    hpalloc.arrow.uninstall()    # the previous default pool back
+    hpalloc.arrow.installed()
+    hpalloc.arrow.pool()         # hpalloc's pool, for memory_pool= arguments
+
+Every buffer goes back to the allocator it came from (routed by address),
+also after uninstall().  Code that asks for a pool by name
+(pa.jemalloc_memory_pool(), pa.system_memory_pool()) or C++ code using
+arrow::default_memory_pool() directly keeps that pool: docs/python.md
+("pandas and pyarrow") says what stays on small pages.
+
+The adapter is compiled against one Arrow release's C++ headers (a
+MemoryPool is a C++ vtable of that release): importing it under another
+release is an ImportError that says so (built_for: the release it was
+built for).
+"""
+
+import re
+import threading
+
+import pyarrow as _pyarrow  # libarrow loaded first
+
+REINSTALL = ("reinstall hpalloc's Python package in this environment "
+             "(pip install --force-reinstall ./python)")
+
+
+def _release(version):
+    """'26.0.1' -> '26': Arrow's C++ ABI is one per major release (the
+    libarrow.so.2600 SONAME)."""
+    m = re.match(r"(\d+)\.", version)
+    return m.group(1) if m else version
+
+
+try:
+    from . import _arrow
+except ModuleNotFoundError as exc:
+    if exc.name != __package__ + "._arrow":
+        raise
+    raise ImportError(
+        "hpalloc.arrow is not available: hpalloc's Python package was built "
+        "without its pyarrow adapter (pip: install pyarrow first, then "
+        "pip install --force-reinstall ./python, whose output says why the "
+        "adapter was left out; the autotools build does not make it)"
+    ) from None
+except ImportError as exc:  # the dynamic linker: built for another libarrow
+    raise ImportError("hpalloc.arrow does not load with pyarrow %s (%s): %s"
+                      % (_pyarrow.__version__, exc, REINSTALL)) from None
+
+if _release(_arrow.built_for) != _release(_pyarrow.__version__):
+    raise ImportError("hpalloc.arrow was built for pyarrow %s, this is %s: %s"
+                      % (_release(_arrow.built_for), _pyarrow.__version__,
+                         REINSTALL))
+
+__all__ = ["install", "uninstall", "installed", "pool", "built_for"]
+
+built_for = _arrow.built_for
+
+_lock = threading.Lock()
+
+
+def installed():
+    """True while pyarrow's default memory pool is hpalloc's."""
+    return _arrow.installed()
+
+
+def install():
+    """Buffers pyarrow allocates from now on, without an explicit
+    memory_pool=, come from hpalloc (large ones on huge pages).
+    Idempotent.  RuntimeError if the default pool was changed to another
+    one after a first install()."""
+    with _lock:
+        _arrow.install()
+
+
+def uninstall():
+    """The pool install() replaced is the default again (unless another
+    pool replaced hpalloc's since: that one stays).  Buffers made under
+    hpalloc stay valid."""
+    with _lock:
+        _arrow.uninstall()
+
+
+def pool():
+    """hpalloc's pool as a pyarrow.MemoryPool (memory_pool= arguments);
+    its small requests go to the default pool of the first install() or
+    pool() call."""
+    with _lock:
+        return _arrow.pool()

@@ -1,0 +1,301 @@
+"""hpalloc.arrow: pyarrow's default memory pool on hpalloc.  Buffers of at
+least the threshold (Arrow compute results, pandas' Arrow-backed columns,
+grown streams) on huge pages per /proc/self/smaps, smaller ones in the pool
+it replaced; each buffer freed by the allocator it came from, also after
+uninstall() and when it grew from one to the other; a failed allocation is
+pyarrow's ArrowMemoryError with nothing left behind; the adapter refuses, in
+one line, an Arrow release other than the one it was built for."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip(
+    "pyarrow", reason="pyarrow is not installed (pip install pyarrow; Debian 12 "
+    "has no python3-pyarrow)")
+import pyarrow.compute as pc  # noqa: E402
+
+import hpalloc  # noqa: E402
+from conftest import MiB, run_python, smaps_entry  # noqa: E402
+from hp_memory import SIZE, assert_huge, mapping_range  # noqa: E402
+from hpalloc import _hpalloc  # noqa: E402
+
+try:
+    import hpalloc.arrow as harrow
+except ImportError as exc:  # built without it
+    pytest.skip("hpalloc was built without its pyarrow adapter: %s" % exc,
+                allow_module_level=True)
+
+N = SIZE // 8  # int64 elements in 64 MiB
+
+
+@pytest.fixture
+def adapter():
+    harrow.install()
+    try:
+        yield
+    finally:
+        harrow.uninstall()
+    assert not harrow.installed()
+
+
+@pytest.fixture
+def uncached(knobs):
+    knobs(cache_max="0")
+
+
+def api_bytes():
+    return hpalloc.stats()["api_huge_bytes"]
+
+
+HUGE = ("thp", "hugetlb")
+
+
+def backend(buf):
+    """hpalloc's backend of the block holding buf ("small": not a huge
+    block of hpalloc's)."""
+    return _hpalloc.backing(buf.address)["backend"]
+
+
+def data_buffer(array):
+    """The values buffer of a (chunked) Arrow array."""
+    if isinstance(array, pa.ChunkedArray):
+        (array,) = array.chunks
+    return array.buffers()[-1]
+
+
+def gone(block):
+    gc.collect()
+    hpalloc.cache_flush()
+    return mapping_range(block[0]) != block
+
+
+def test_install_makes_the_default_pool_hpallocs():
+    before = pa.default_memory_pool().backend_name
+    assert before != "hpalloc" and not harrow.installed()
+    harrow.install()
+    harrow.install()  # idempotent
+    try:
+        assert harrow.installed()
+        assert pa.default_memory_pool().backend_name == "hpalloc"
+    finally:
+        harrow.uninstall()
+    assert pa.default_memory_pool().backend_name == before
+    harrow.uninstall()  # idempotent
+    assert not harrow.installed()
+
+
+def test_compute_result_on_huge_pages(adapter, uncached):
+    src = pa.array(np.arange(N, dtype=np.int64))
+    before = api_bytes()
+    doubled = pc.multiply(src, 2)             # 64 MiB from the default pool
+    buf = data_buffer(doubled)
+    assert buf.address % (2 * MiB) == 0 and backend(buf) in HUGE
+    assert_huge(buf.address, SIZE)
+    assert api_bytes() >= before + SIZE
+    assert doubled[N - 1].as_py() == 2 * (N - 1)
+    block = mapping_range(buf.address)
+    del doubled, buf
+    assert gone(block)
+    assert api_bytes() == before
+
+
+def test_pandas_arrow_columns_on_huge_pages(adapter):
+    pd = pytest.importorskip("pandas", reason="pandas is not installed")
+    col = pd.Series(np.arange(N), dtype="int64[pyarrow]") + 1
+    buf = data_buffer(col.array._pa_array)
+    assert_huge(buf.address, SIZE)
+    assert col.iloc[-1] == N
+    strings = pd.Series(["x" * 30] * (2 * MiB), dtype="string[pyarrow]")
+    buf = data_buffer(strings.array._pa_array)
+    assert buf.size == 60 * MiB
+    assert_huge(buf.address, buf.size)
+
+
+def test_small_buffers_stay_in_the_replaced_pool(adapter):
+    before = api_bytes()
+    small = pc.multiply(pa.array(np.arange(1000, dtype=np.int64)), 3)
+    buf = data_buffer(small)
+    assert backend(buf) not in HUGE and buf.address % 64 == 0
+    assert api_bytes() == before
+    assert pa.default_memory_pool().bytes_allocated() >= buf.size
+
+
+def test_mode_off_sends_everything_to_the_replaced_pool(adapter, knobs):
+    knobs(mode="off")
+    before = api_bytes()
+    big = pc.multiply(pa.array(np.arange(N, dtype=np.int64)), 2)
+    assert backend(data_buffer(big)) not in HUGE
+    assert api_bytes() == before
+
+
+def test_stream_grown_past_the_threshold_moves_to_huge_pages(adapter, uncached):
+    """A resizable buffer grows by Reallocate: from the small pool to
+    hpalloc once past the threshold (copy), then within hpalloc."""
+    stream = pa.BufferOutputStream()
+    chunk = bytes(range(256)) * 4096   # 1 MiB
+    for _ in range(SIZE // len(chunk)):
+        stream.write(chunk)
+    buf = stream.getvalue()
+    assert buf.size == SIZE and backend(buf) in HUGE
+    assert_huge(buf.address, SIZE)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    assert (view[:256] == np.arange(256)).all() and (view[-256:] == np.arange(256)).all()
+    block = mapping_range(buf.address)
+    del view, buf, stream
+    assert gone(block)
+
+
+def test_buffers_freed_by_their_allocator_after_uninstall(uncached):
+    """Made by the replaced pool before install(), freed while hpalloc's is
+    the default; made by hpalloc, freed after uninstall(): each goes back
+    where it came from (a wrong free would crash the process)."""
+    src = pa.array(np.arange(N, dtype=np.int64))
+    theirs = pc.multiply(src, 2)
+    harrow.install()
+    ours = pc.multiply(src, 3)
+    block = mapping_range(data_buffer(ours).address)
+    del theirs
+    gc.collect()
+    harrow.uninstall()
+    later = pc.multiply(src, 4)
+    assert backend(data_buffer(later)) not in HUGE
+    del ours
+    assert gone(block)
+    assert later[1].as_py() == 4
+
+
+def test_out_of_memory_is_arrow_memory_error(adapter, knobs, hugetlb_pool):
+    hugetlb_pool(2 * MiB, 0, exact=True)   # whatever the machine had free
+    knobs(mode="hugetlb", pagesize="2M", fallback="fail")
+    src = pa.array(np.arange(N, dtype=np.int64))
+    pool = pa.default_memory_pool()
+    before, failures, held = api_bytes(), hpalloc.stats()["failures"], pool.bytes_allocated()
+    with pytest.raises(pa.ArrowMemoryError, match="hpalloc: not enough memory"):
+        pc.multiply(src, 2)
+    assert api_bytes() == before and pool.bytes_allocated() == held
+    assert hpalloc.stats()["failures"] > failures
+    assert pc.sum(pa.array([1, 2, 3])).as_py() == 6   # small buffers still fine
+
+
+def test_explicit_pool_argument(uncached):
+    """pool(): hpalloc's pool for memory_pool= arguments, without install()."""
+    src = pa.array(np.arange(N, dtype=np.int64))
+    out = pc.multiply(src, 2, memory_pool=harrow.pool())
+    assert not harrow.installed()
+    assert_huge(data_buffer(out).address, SIZE)
+
+
+def test_concurrent_threads_balance(adapter):
+    """Threads allocating and freeing large and small buffers at once: the
+    pool's live bytes come back to where they were."""
+    pool = pa.default_memory_pool()
+    src = pa.array(np.arange(N // 4, dtype=np.int64))
+    small = pa.array(np.arange(100, dtype=np.int64))
+    gc.collect()
+    held = pool.bytes_allocated()
+    errors = []
+
+    def work():
+        try:
+            for i in range(20):
+                big = pc.multiply(src, i)
+                tiny = pc.add(small, i)
+                assert big[3].as_py() == 3 * i and tiny[0].as_py() == i
+                del big, tiny
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    gc.collect()
+    assert pool.bytes_allocated() == held
+
+
+def test_default_pool_changed_after_install_is_refused():
+    harrow.install()
+    harrow.uninstall()
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        with pytest.raises(RuntimeError, match="default memory pool was changed"):
+            harrow.install()
+        assert not harrow.installed()
+    finally:
+        pa.set_memory_pool(previous)
+
+
+# ---- built for one release ------------------------------------------------------
+
+REINSTALL = ("reinstall hpalloc's Python package in this environment "
+             "(pip install --force-reinstall ./python)")
+
+
+def import_error(prelude):
+    proc = run_python(prelude + """
+try:
+    import hpalloc.arrow
+except ImportError as exc:
+    print(exc)
+else:
+    print("imported")
+""")
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    return lines[0]
+
+
+def test_refuses_another_release():
+    major = harrow.built_for.split(".")[0]
+    line = import_error("import pyarrow; pyarrow.__version__ = '1.0.0'")
+    assert line == ("hpalloc.arrow was built for pyarrow %s, this is 1.0.0: %s"
+                    % (major, REINSTALL))
+    assert import_error("import pyarrow; pyarrow.__version__ = '%s.9.9'" % major) \
+        == "imported"
+
+
+def test_not_built_says_how_to_get_it():
+    line = import_error("import sys; sys.modules['hpalloc._arrow'] = None")
+    assert line.startswith("hpalloc.arrow is not available: hpalloc's Python "
+                           "package was built without its pyarrow adapter")
+    assert "install pyarrow first" in line and "--force-reinstall ./python" in line
+
+
+def test_not_loadable_says_reinstall():
+    line = import_error("""
+import sys, importlib.abc
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hpalloc._arrow":
+            raise ImportError("_arrow.so: undefined symbol: _ZN5arrow6Status")
+sys.meta_path.insert(0, Refuse())
+""")
+    assert line.startswith("hpalloc.arrow does not load with pyarrow %s "
+                           "(_arrow.so: undefined symbol: " % pa.__version__)
+    assert line.endswith(REINSTALL)
+
+
+def test_smaps_of_a_64_mib_buffer_per_pool(uncached):
+    """The figures docs/python.md quotes: where a 64 MiB compute result
+    lives with each of pyarrow's pools and with hpalloc's (printed with
+    -s; asserted for hpalloc's only)."""
+    src = pa.array(np.arange(N, dtype=np.int64))
+    rows = {}
+    for name in ["hpalloc"] + [b for b in pa.supported_memory_backends()]:
+        pool = harrow.pool() if name == "hpalloc" else \
+            getattr(pa, name + "_memory_pool")()
+        out = pc.multiply(src, 2, memory_pool=pool)
+        e = smaps_entry(data_buffer(out).address)
+        rows[name] = (e["end"] - e["start"], e["Rss"], e.get("AnonHugePages", 0),
+                      e.get("Private_Hugetlb", 0))
+        print("%-9s mapping %4d MiB  Rss %4d MiB  AnonHugePages %4d MiB  Hugetlb %4d MiB"
+              % ((name,) + tuple(v // MiB for v in rows[name])))
+        del out
+    mapping, rss, thp, hugetlb = rows["hpalloc"]
+    assert thp + hugetlb >= SIZE // 2 and mapping < SIZE + 4 * MiB
