@@ -16,7 +16,7 @@ PyTorch's CPU allocator; see ADAPTERS) is installed when the program
 imports the module it serves -- at once if that is already imported, else from an
 import hook -- so start-up costs no NumPy import and a program imports
 NumPy whenever it likes, from whichever thread.  HPALLOC_ADAPTERS
-chooses which (default numpy,numba,torch; CPython's raw domain, "python",
+chooses which (default numpy,numba,torch,arrow; CPython's raw domain, "python",
 is opt-in and installed at start-up).  Whatever does not take
 is said on stderr in one line (and the program runs on); with the
 `verbose` knob >= 1 what took is said too.  `hpctl run --check` passes
@@ -43,6 +43,7 @@ ADAPTERS = [
     ("numpy", "numpy", "hpalloc.numpy:install"),
     ("numba", "numba", "hpalloc.numba:install"),
     ("torch", "torch", "hpalloc.torch:install"),
+    ("arrow", "pyarrow", "hpalloc.arrow:install"),
 ]
 
 # HPALLOC_ADAPTERS chooses among them (comma-separated names, or "all").
@@ -50,7 +51,7 @@ ADAPTERS = [
 # it covers every bytes/bytearray/list of the program, not only array
 # libraries' buffers, and it refuses to go under a running tracemalloc
 # (PYTHONTRACEMALLOC) -- a change to the whole interpreter a user asks for.
-DEFAULT_ADAPTERS = ("numpy", "numba", "torch")
+DEFAULT_ADAPTERS = ("numpy", "numba", "torch", "arrow")
 
 
 

@@ -275,5 +275,9 @@ int preload_prepare(struct hpctl *c)
 		if (rc)
 			return rc;
 	}
+	/* pyarrow's default pool is the jemalloc or mimalloc inside its wheel,
+	 * which the preload library never sees; its system pool is malloc.  A
+	 * choice the user made stays. */
+	setenv("ARROW_DEFAULT_MEMORY_POOL", "system", 0);
 	return append_preload(found);
 }

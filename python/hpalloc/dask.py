@@ -17,7 +17,7 @@ started from the command line:
 
 Adapters.  HpallocPlugin(adapters=...) / --hpalloc-adapters choose, as
 HPALLOC_ADAPTERS does for `hpctl run` (same names, same "all", same
-default: numpy,numba,torch; the raw domain "python" is opt-in), which
+default: numpy,numba,torch,arrow; the raw domain "python" is opt-in), which
 adapters the workers switch on: NumPy's at once, Numba's and PyTorch's
 when a task first imports numba or torch (at once if the worker already
 has), through the same activation code `hpctl run` uses (hpalloc_activate),
@@ -234,7 +234,7 @@ class HpallocPlugin(WorkerPlugin):
         client.register_plugin(HpallocPlugin(adapters="numpy,torch"))
 
     adapters: as HPALLOC_ADAPTERS (a string, or a list of names; default
-    numpy,numba,torch).  Values are checked here, before anything is sent
+    numpy,numba,torch,arrow).  Values are checked here, before anything is sent
     to a worker (ValueError with the library's message), and again on each
     worker before it changes anything."""
 
@@ -302,7 +302,7 @@ def _click_adapters(ctx, param, value):
 @click.option("--hpalloc-adapters", "adapters", metavar="LIST",
               callback=_click_adapters,
               help="adapters to switch on, as HPALLOC_ADAPTERS "
-                   "(default numpy,numba,torch; all)")
+                   "(default numpy,numba,torch,arrow; all)")
 def dask_setup(worker, knobs, adapters):
     """Preload entry point: hpalloc in this worker, with knobs."""
     from distributed import Worker

@@ -299,3 +299,49 @@ def test_smaps_of_a_64_mib_buffer_per_pool(uncached):
         del out
     mapping, rss, thp, hugetlb = rows["hpalloc"]
     assert thp + hugetlb >= SIZE // 2 and mapping < SIZE + 4 * MiB
+
+
+ARROW_PROG = """
+import json, pyarrow as pa, pyarrow.compute as pc
+a = pc.multiply(pa.array(range(%d), type=pa.int64()), 2)   # 64 MiB result
+addr = a.buffers()[1].address
+with open("/proc/self/smaps") as f:
+    cur, huge = False, 0
+    for line in f:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            cur = lo <= addr < hi
+        elif cur and head in ("AnonHugePages:", "Private_Hugetlb:", "Shared_Hugetlb:"):
+            huge += int(line.split()[1]) * 1024
+print(json.dumps({"pool": pa.default_memory_pool().backend_name, "huge": huge}))
+""" % N
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["hpctl-run", "hpctl-run-preload"])
+def test_hpctl_run_puts_arrow_buffers_on_huge_pages(preload, tmp_path):
+    """An unchanged pyarrow program: a 64 MiB compute result on huge pages
+    per smaps, under hpctl run (the adapter, installed when pyarrow is
+    imported) and under hpctl run --preload (pyarrow's system pool, which
+    the preload library serves)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import python_env
+    builddir = os.environ.get("abs_top_builddir")
+    if not builddir:
+        pytest.skip("needs the build tree's hpctl (run through make check)")
+    if preload and os.environ.get("SANITIZER_FLAGS"):
+        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc")
+    prog = tmp_path / "prog.py"
+    prog.write_text(ARROW_PROG)
+    env = python_env()
+    env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    args = [os.path.join(builddir, "tools", "hpctl"), "run", "--check"] + \
+        (["--preload"] if preload else []) + ["--", sys.executable, str(prog)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["pool"] == ("system" if preload else "hpalloc"), out
+    assert out["huge"] >= SIZE // 2, out

@@ -46,10 +46,11 @@ def test_pip_installed_every_part():
     for module in ("_hpalloc", "_shared", "_rawdomain", "_nrt"):
         assert any(f.startswith("hpalloc/%s." % module) and f.endswith(".so")
                    for f in files), module
-    torch_built = any(f.startswith("hpalloc/_torch.") for f in files)
-    has_torch = subprocess.run([sys.executable, "-c", "import torch"]).returncode == 0
-    assert torch_built == has_torch, "hpalloc._torch built: %s, torch here: %s" % (
-        torch_built, has_torch)
+    for module, library in (("_torch", "torch"), ("_arrow", "pyarrow")):
+        built = any(f.startswith("hpalloc/%s." % module) for f in files)
+        there = subprocess.run([sys.executable, "-c", "import " + library]).returncode == 0
+        assert built == there, "hpalloc.%s built: %s, %s here: %s" % (
+            module, built, library, there)
 
 
 def test_hpalloc_numpy_activates_from_the_venv_site():
