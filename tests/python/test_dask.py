@@ -344,7 +344,7 @@ def test_invalid_knob_refused_before_anything_is_sent(cluster):
     with pytest.raises(ValueError, match="mode.*'fast'"):
         hpalloc.dask.register(client, plugin)
     with pytest.raises(ValueError, match="refused adapters 'numpy,bogus': expected "
-                       "a comma-separated list of python numpy numba torch, or all"):
+                       "a comma-separated list of python numpy numba torch arrow, or all"):
         hpalloc.dask.HpallocPlugin(adapters="numpy,bogus")
     with pytest.raises(ValueError, match="refused adapters"):
         hpalloc.dask.HpallocPlugin(adapters=[])
@@ -517,7 +517,7 @@ def test_preload_of_dask_worker(tmp_path):
     (["--hpalloc", "threshold"], "expected KNOB=VALUE"),
     (["--hpalloc", "bogus=1"], "bogus"),
     (["--hpalloc-adapters", "numpy,bogus"], "expected a comma-separated list of "
-     "python numpy numba torch, or all"),
+     "python numpy numba torch arrow, or all"),
 ])
 def test_preload_refuses_bad_knobs(argv, message):
     """A usage error before any worker starts (no scheduler needed)."""
