@@ -9,15 +9,27 @@ PY_LOG_COMPILER with -p hp_pytest_automake).
   skipped shows them in the summary too.
 * skip(cap, why) skips a test because the machine lacks a capability
   (hugetlb, hugetlb1g, uring, thp, root, nonroot -- as in
-  tests/c/harness.h); when HPALLOC_TEST_REQUIRE lists it, the test fails
-  instead.  A plain pytest.skip() counts as "other", never required.
+  tests/c/harness.h -- or a library of the Python stack under test: numba,
+  torch, distributed, pyarrow); when HPALLOC_TEST_REQUIRE lists it, the test
+  fails instead.  need(module) imports such a library or skips that way.
+  A plain pytest.skip() counts as "other", never required.
 """
 
+import importlib
 import os
 
 import pytest
 
-CAPS = ("hugetlb", "hugetlb1g", "uring", "thp", "root", "nonroot")
+# the Python libraries hpalloc has adapters for, as capabilities: module ->
+# (capability, where a missing one comes from)
+LIBRARIES = {
+    "numba": ("numba", "Debian: python3-numba; PyPI: numba"),
+    "torch": ("torch", "Debian: python3-torch; PyPI: torch==2.13.0"),
+    "distributed": ("distributed", "Debian: python3-distributed; PyPI: distributed"),
+    "pyarrow": ("pyarrow", "PyPI: pyarrow (Debian 12 has none)"),
+}
+CAPS = ("hugetlb", "hugetlb1g", "uring", "thp", "root", "nonroot") + \
+    tuple(cap for cap, _ in LIBRARIES.values())
 
 
 def _required():
@@ -43,6 +55,26 @@ def skip(cap, why, allow_module_level=False):
         pytest.fail("required capability %s (HPALLOC_TEST_REQUIRE) is missing: %s"
                     % (cap, why), pytrace=False)
     pytest.skip("(%s) %s" % (cap, why), allow_module_level=allow_module_level)
+
+
+def need(module, what=None):
+    """import module, one of LIBRARIES, or skip for its capability (fail
+    when required).  what: the hpalloc adapter module to import after it
+    (hpalloc.torch): a library that is there with an adapter that is not
+    is the same missing capability, said as such."""
+    cap, where = LIBRARIES[module]
+    try:
+        lib = importlib.import_module(module)
+    except ImportError as exc:
+        skip(cap, "%s is not installed (%s): %s" % (module, where, exc),
+             allow_module_level=True)
+    if what:
+        try:
+            importlib.import_module(what)
+        except ImportError as exc:
+            skip(cap, "%s is installed but %s does not import: %s" % (module, what, exc),
+                 allow_module_level=True)
+    return lib
 
 
 def pytest_configure(config):

@@ -15,6 +15,7 @@ import pytest
 
 import hpalloc
 from conftest import VENV, python_env
+from hp_pytest_automake import need
 
 BUILDDIR = os.environ.get("abs_top_builddir")
 INPLACE = os.environ.get("HPALLOC_TEST_PYTHON_INPLACE")
@@ -87,7 +88,7 @@ report(ctypes.addressof((ctypes.c_char * 1).from_buffer(b)))
 """,
 }
 
-NEEDS = {"torch": "torch", "numba": "numba", "python": None}
+NEEDS = {"torch": "torch", "numba": "numba", "python": None, "numpy": None}
 
 
 @pytest.fixture
@@ -106,8 +107,7 @@ def package_dir():
 def needs(adapter):
     module = NEEDS[adapter]
     if module:
-        pytest.importorskip(module, reason="%s is not installed (Debian: python3-%s)"
-                            % (module, module))
+        need(module)
 
 
 def run(hpctl, adapter, tmp_path, env_extra=None, check=False):

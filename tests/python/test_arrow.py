@@ -12,9 +12,9 @@ import threading
 import numpy as np
 import pytest
 
-pa = pytest.importorskip(
-    "pyarrow", reason="pyarrow is not installed (pip install pyarrow; Debian 12 "
-    "has no python3-pyarrow)")
+from hp_pytest_automake import need  # noqa: E402
+
+pa = need("pyarrow", "hpalloc.arrow")
 import pyarrow.compute as pc  # noqa: E402
 
 import hpalloc  # noqa: E402
@@ -22,11 +22,7 @@ from conftest import MiB, run_python, smaps_entry  # noqa: E402
 from hp_memory import SIZE, assert_huge, mapping_range  # noqa: E402
 from hpalloc import _hpalloc  # noqa: E402
 
-try:
-    import hpalloc.arrow as harrow
-except ImportError as exc:  # built without it
-    pytest.skip("hpalloc was built without its pyarrow adapter: %s" % exc,
-                allow_module_level=True)
+import hpalloc.arrow as harrow  # noqa: E402
 
 N = SIZE // 8  # int64 elements in 64 MiB
 

@@ -12,6 +12,7 @@ import hpalloc.numpy as hpnp
 import hpalloc.python as hpy
 from conftest import MiB, data_address, smaps_entry
 from hp_memory import SIZE, buffer_address, huge_bytes
+from hp_pytest_automake import need
 
 
 def check_huge(info, address):
@@ -62,7 +63,7 @@ def test_objects_without_memory_are_refused():
 
 
 def test_numba_array():
-    numba = pytest.importorskip("numba", reason="Numba is not installed (Debian: python3-numba)")
+    numba = need("numba")
     import hpalloc.numba as hnb
 
     @numba.njit
@@ -78,7 +79,7 @@ def test_numba_array():
 
 
 def test_torch_tensor():
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
+    torch = need("torch")
     try:
         import hpalloc.torch as htorch
     except ImportError as exc:

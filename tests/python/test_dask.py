@@ -26,12 +26,10 @@ import time
 
 import pytest
 
-try:
-    import distributed
-    from distributed import Client, LocalCluster
-except ImportError:
-    pytest.skip("python3-distributed is not installed (CI installs it): the "
-                "Dask plugin cannot be tested", allow_module_level=True)
+from hp_pytest_automake import need
+
+distributed = need("distributed")
+from distributed import Client, LocalCluster  # noqa: E402
 
 import cloudpickle
 

@@ -14,8 +14,9 @@ import threading
 import numpy as np
 import pytest
 
-numba = pytest.importorskip(
-    "numba", reason="Numba is not installed (Debian: python3-numba)")
+from hp_pytest_automake import need  # noqa: E402
+
+numba = need("numba", "hpalloc.numba")
 
 import hpalloc  # noqa: E402
 import hpalloc.numba as hnb  # noqa: E402

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from conftest import python_env
+from hp_pytest_automake import need
 
 BUILDDIR = os.environ.get("abs_top_builddir")
 PRELOAD = os.environ.get("HPALLOC_TEST_PRELOAD")
@@ -83,7 +84,7 @@ def run(args, env, stdin=None):
 
 
 def test_numpy_and_torch_on_huge_pages_unmodified():
-    pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
+    need("torch")
     preloaded = run([HPCTL, "run", "--preload", "mode=thp", "--", sys.executable, "-c", TENSORS],
                     env_for_hpctl())
     assert preloaded.returncode == 0, preloaded.stderr

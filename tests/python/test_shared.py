@@ -14,6 +14,7 @@ import pytest
 import hpalloc
 import hpalloc.numpy as hn
 from conftest import MiB, data_address, hugetlb_pool, pool_read, smaps_entry  # noqa: F401
+from hp_pytest_automake import need
 
 N = 256 * MiB // 8  # a 256 MiB array of float64
 PAGES = 256 * MiB // (2 * MiB)
@@ -147,7 +148,7 @@ def test_backing_and_stats(knobs):
 
 
 def test_torch_from_numpy_shares_the_block(knobs):
-    torch = pytest.importorskip("torch", reason="python3-torch not installed")
+    torch = need("torch")
     knobs(mode="thp")
     a = hn.shared_zeros(1 << 20, dtype=np.float32)
     t = torch.from_numpy(a)

@@ -12,19 +12,16 @@ import threading
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="PyTorch is not installed (Debian: python3-torch)")
+from hp_pytest_automake import need  # noqa: E402
+
+torch = need("torch", "hpalloc.torch")
 
 import hpalloc  # noqa: E402
 import hpalloc.numpy as hpnp  # noqa: E402
 from conftest import MiB, data_address, run_python, smaps_entry  # noqa: E402
 from hp_memory import SIZE, assert_huge, assert_not_huge, mapping_range  # noqa: E402
 
-try:
-    import hpalloc.torch as htorch
-except ImportError as exc:  # configure --without-torch
-    pytest.skip("hpalloc was built without its PyTorch adapter: %s" % exc,
-                allow_module_level=True)
+import hpalloc.torch as htorch  # noqa: E402
 
 N = SIZE // 8  # float64 elements in 64 MiB
 
