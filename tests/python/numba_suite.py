@@ -22,6 +22,7 @@ outcomes.
 """
 
 import argparse
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -122,7 +123,7 @@ def run(label, env, out_dir, modules):
     print("check-numba: %s run: exit %d in %.0f s" % (label, status, time.monotonic() - start),
           flush=True)
     if not os.path.exists(results):
-        sys.exit("check-numba: the %s run wrote no results (see %s)" % (label, log))
+        raise SystemExit("check-numba: the %s run wrote no results (see %s)" % (label, log))
     return (status,) + read_results(results)
 
 
@@ -164,9 +165,14 @@ def main():
             p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         for knob in [k for k in env if k.startswith("HPALLOC_")]:
             env.pop(knob)
-        d_status, _, default = run("default", env, args.out_dir, modules)
         hp_env = dict(env, HPALLOC_THRESHOLD="64K", **{ADAPTERS_ENV: "1"})
-        h_status, header, hp = run("hpalloc", hp_env, args.out_dir, modules)
+        # The two runs are independent processes, mostly Numba compiling on
+        # one CPU each: side by side where there are two.
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=2 if len(os.sched_getaffinity(0)) >= 2 else 1) as pool:
+            runs = [pool.submit(run, label, e, args.out_dir, modules)
+                    for label, e in (("default", env), ("hpalloc", hp_env))]
+            (d_status, _, default), (h_status, header, hp) = [r.result() for r in runs]
 
     count = lambda res, what: sum(1 for o in res.values() if o == what)  # noqa: E731
     for label, res in (("default", default), ("hpalloc", hp)):
