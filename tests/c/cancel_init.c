@@ -58,7 +58,7 @@ static int child_cancel_in_init(void)
 			   "(hp_init_slow is a cancellation point)\n");
 		bad = 1;
 	}
-	free(v.result);
+	hp_free(v.result);
 	cancel_watchdog(20, "hp_* calls after a thread was cancelled in hp_init_slow");
 	void *p = hp_malloc(64), *q = hp_malloc(4 * MiB);
 	if (!p || !q) {

@@ -25,7 +25,8 @@ struct victim {
 void cancel_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Point fd 2 at a pipe nobody reads and fill it: the next write to standard
  * error (an hpalloc log line) blocks.  cancel_stderr_flow() starts reading
- * it (and throwing it away) so that blocked writes complete. */
+ * it (and throwing it away) so that blocked writes complete, and points
+ * fd 2 back at the test's standard error. */
 void cancel_stderr_block(void);
 void cancel_stderr_flow(void);
 /* Start v->call on a new thread (deferred cancellation, enabled).  After
