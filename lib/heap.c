@@ -382,6 +382,7 @@ static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 	pthread_mutex_lock(&hp_heap_lock);
 	cache_missed(hp_now_ms()); /* the decay learns from fresh mappings */
 	pthread_mutex_unlock(&hp_heap_lock);
+	janitor_start(); /* a huge block: now there is work for it (janitor.c) */
 	return b;
 }
 
@@ -479,10 +480,15 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	return publish_block(b);
 }
 
+/* Every huge allocation comes through here or hp_huge_*(): no
+ * cancellation point (sysfs reads of mode=auto, log lines, a drain of a
+ * short pool, some with a lock held), see HP_NOCANCEL_BEGIN. */
 static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
 {
 	bool to_small;
+	HP_NOCANCEL_BEGIN;
 	void *p = huge_try(size, ctx, zero, &to_small);
+	HP_NOCANCEL_END;
 	return to_small ? small_alloc(size, zero) : p;
 }
 
@@ -573,6 +579,7 @@ void hp_free(void *ptr)
 		return;
 	}
 	HP_ERRNO_SAVE;
+	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
 	pthread_mutex_lock(&hp_heap_lock);
 	struct hp_block *b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;
@@ -585,6 +592,7 @@ void hp_free(void *ptr)
 	} else {
 		small_free(ptr);
 	}
+	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
 }
 
@@ -674,7 +682,9 @@ static void *realloc_huge(struct hp_block *b, size_t size, const struct hp_ctx *
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
 	if (forced(ctx) || wants_huge(size)) {
+		HP_NOCANCEL_BEGIN; /* cuts and joins go through the cache */
 		void *p = resize_in_place(b, size, ctx);
+		HP_NOCANCEL_END;
 		if (p)
 			return p;
 	}
@@ -708,8 +718,11 @@ void *hp_realloc(void *ptr, size_t size)
 void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 {
 	hp_init();
-	if (pagesize == 0)
+	if (pagesize == 0) {
+		HP_NOCANCEL_BEGIN; /* reads the pools */
 		pagesize = os_choose_pagesize(atomic_load(&hp_cfg.pagesize), size, numa_of(NULL));
+		HP_NOCANCEL_END;
+	}
 	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);
 	if (!ctx)
 		return NULL;
@@ -718,12 +731,20 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 
 /* ---- NEP 49 entry points ---------------------------------------------------------- */
 
+static bool pagesize_supported(size_t pagesize)
+{
+	HP_NOCANCEL_BEGIN; /* the first call lists the kernel's page sizes */
+	bool ok = os_pagesize_supported(pagesize);
+	HP_NOCANCEL_END;
+	return ok;
+}
+
 void *hp_ctx(int origin, size_t pagesize)
 {
 	int slot = pagesize == 0 ? 0 : pagesize == 2 * HP_MiB ? 1 : pagesize == HP_GiB ? 2 : -1;
 
 	if (origin < 0 || origin >= HP_ORIGIN_COUNT || slot < 0 ||
-	    (pagesize && !os_pagesize_supported(pagesize))) {
+	    (pagesize && !pagesize_supported(pagesize))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -758,7 +779,10 @@ void *hp_ctx_numa(void *ctx, const char *policy)
 	HP_ERRNO_SAVE;
 
 	hp_init();
-	if (knobs_parse(KNOB_NUMA, policy, &numa, NULL, 0) < 0)
+	HP_NOCANCEL_BEGIN; /* the first parse asks libnuma for the nodes */
+	int rc = knobs_parse(KNOB_NUMA, policy, &numa, NULL, 0);
+	HP_NOCANCEL_END;
+	if (rc < 0)
 		return NULL; /* EINVAL; hp_knob_parse("numa", ...) says why */
 	struct hp_ctx want = {.origin = base->origin, .pagesize = base->pagesize,
 			      .has_numa = true, .numa = numa};
@@ -868,9 +892,11 @@ int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out
 {
 	if (hp_inside && out)
 		return 1;
+	HP_NOCANCEL_BEGIN; /* as huge_alloc() */
 	hp_inside++;
 	int rc = huge_alloc_work(ctx, size, alignment, zero, out);
 	hp_inside--;
+	HP_NOCANCEL_END;
 	return rc;
 }
 
@@ -913,9 +939,11 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 {
 	if (hp_inside && out && hp_owns(ptr))
 		return 1;
+	HP_NOCANCEL_BEGIN; /* as huge_alloc() */
 	hp_inside++;
 	int rc = huge_realloc_work(ctx, ptr, size, out);
 	hp_inside--;
+	HP_NOCANCEL_END;
 	return rc;
 }
 

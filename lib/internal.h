@@ -289,27 +289,35 @@ HP_HIDDEN void release_adopt(struct hp_block *list);
 HP_HIDDEN void release_flush(bool sync);
 HP_HIDDEN void release_drain(void);        /* until nothing is releasing */
 HP_HIDDEN bool release_busy(void);         /* something is releasing */
+HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
 HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
+HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
 
-/* ---- ring.c --------------------------------------------------------------------- */
+/* ---- ring.c: the janitor thread's alone (ring.c says why) ------------------------ */
 /* Can this process release through io_uring?  The one probe, used by the
  * janitor's setup and by `hpctl status`; why says what it found. */
 HP_HIDDEN bool ring_probe(char *why, size_t len);
-HP_HIDDEN void ring_start(void);           /* janitor: set up and publish */
-HP_HIDDEN bool ring_ready(void);
-HP_HIDDEN bool ring_backlogged(void);      /* a submit failed: retry pending */
+HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, publish */
+HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
+HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
 HP_HIDDEN size_t ring_chunks(size_t len);  /* entries a block of len needs */
-/* rel_lock held: prepare and submit b's entries; false if none could be
- * prepared (no room, backlog), b untouched. */
+/* rel_lock held: prepare b's entries; false if none could be prepared
+ * (no room, backlog, gone), b untouched. */
 HP_HIDDEN bool ring_queue(struct hp_block *b);
-HP_HIDDEN void ring_retry(void);           /* janitor: submit a backlog */
-HP_HIDDEN void ring_wait(uint64_t timeout_ms); /* janitor: wait, reap */
-HP_HIDDEN void ring_wake(void);            /* a NOP for the waiting janitor */
+HP_HIDDEN void ring_submit(void);          /* what is prepared, a backlog */
+/* Wait up to timeout_ms for a completion while the kernel has entries,
+ * then reap; false if it did not wait (the caller waits elsewhere). */
+HP_HIDDEN bool ring_wait(uint64_t timeout_ms);
+HP_HIDDEN void ring_collect(void);         /* a gone ring gives back its blocks */
+HP_HIDDEN bool ring_collecting(void);      /* a gone ring still holds some */
 
 /* ---- janitor.c ------------------------------------------------------------------ */
+/* There is work (a huge block was mapped): start the janitor, once per
+ * process and fork generation; a no-op after the first call. */
 HP_HIDDEN void janitor_start(void);
+HP_HIDDEN void janitor_forbid(void);       /* hpctl: never a janitor */
 HP_HIDDEN bool janitor_running(void);
-HP_HIDDEN void janitor_wake(void);         /* new cache deadline etc. */
+HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to release */
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
@@ -353,6 +361,32 @@ HP_HIDDEN void janitor_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
 HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */
 
+/* ---- cancellation ------------------------------------------------------------------
+ * glibc's malloc & co are no cancellation points, and hpalloc's entry
+ * points are none either: a thread cancelled inside one would end holding
+ * whatever lock it held (init_lock across the control directory's reads,
+ * rel_lock in a drain's pthread_cond_wait, hp_heap_lock around a log line)
+ * and every later hp_* call of the process would wait for it forever.  So
+ * each entry point that can reach a cancellation point (open, read, write
+ * of a log line, pthread_cond_wait...) runs with cancellation disabled; a
+ * cancel that arrives meanwhile stays pending and acts at the caller's
+ * next cancellation point, as after a malloc.  Asynchronous cancellation
+ * is as unsafe as glibc's documentation says: nothing here guards it.
+ * The small-allocation paths reach none and pay nothing. */
+#define HP_NOCANCEL_BEGIN const int hp_cancel_state_ = hp_nocancel_begin()
+#define HP_NOCANCEL_END hp_nocancel_end(hp_cancel_state_)
+static inline int hp_nocancel_begin(void)
+{
+	int old = PTHREAD_CANCEL_ENABLE;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	return old;
+}
+static inline void hp_nocancel_end(int old)
+{
+	int ignored;
+	pthread_setcancelstate(old, &ignored);
+}
+
 /* ---- lifecycle.c -------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic int hp_initialized;
 HP_HIDDEN void hp_init_slow(void);
@@ -364,7 +398,7 @@ static inline void hp_init(void)
 HP_HIDDEN uint64_t hp_now_ms(void);
 HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
 /* Non-zero while this thread runs hpalloc's own code: its initialisation,
- * the janitor thread (always), hp_huge_alloc/hp_huge_realloc.  The malloc
+ * the janitor thread (always) and its start, hp_huge_alloc/hp_huge_realloc.  The malloc
  * of an interposer (libhpalloc-preload.so) called from there -- stdio,
  * opendir, liburing, pthread_create, a block record -- must go to libc,
  * never back into the huge path and the locks it may already hold:

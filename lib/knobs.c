@@ -599,7 +599,7 @@ bad:
 	return -1;
 }
 
-int hp_knob_set(const char *name, const char *text)
+static int knob_set(const char *name, const char *text)
 {
 	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX];
 	HP_ERRNO_SAVE;
@@ -613,6 +613,15 @@ int hp_knob_set(const char *name, const char *text)
 	int rc = knobs_set_layer(hp_knob_index(name), HP_SOURCE_PROCESS, canon);
 	if (rc == 0)
 		HP_ERRNO_RESTORE; /* waking the janitor is no error of the caller's */
+	return rc;
+}
+
+/* A refused value is logged: no cancellation point (see HP_NOCANCEL_BEGIN). */
+int hp_knob_set(const char *name, const char *text)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = knob_set(name, text);
+	HP_NOCANCEL_END;
 	return rc;
 }
 

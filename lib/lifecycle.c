@@ -1,9 +1,12 @@
 /* Lazy initialisation, fork handling and exit.
  *
- * Nothing runs at load time: the first hp_* call reads the knobs, the
- * control directory, and starts the janitor thread.  Around fork every
- * internal lock is taken (so no other thread can hold one mid-update), and
- * the child re-initialises: new janitor, new io_uring. */
+ * Nothing runs at load time: the first hp_* call reads the knobs and the
+ * control directory.  No thread is started here: the janitor comes with
+ * the first huge block (janitor.c says why).  Initialisation reads files
+ * and may log, with init_lock held: it is no cancellation point (see
+ * HP_NOCANCEL_BEGIN).  Around fork every internal lock is taken (so no
+ * other thread can hold one mid-update), and the child re-initialises; its
+ * first huge block gives it a janitor and an io_uring of its own. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -30,7 +33,7 @@ uint64_t hp_now_ms(void)
 static void init_fork(int phase)
 {
 	fork_mutex(&init_lock, phase);
-	if (phase == FORK_CHILD) /* the next hp_* call starts a janitor of our own */
+	if (phase == FORK_CHILD) /* the next hp_* call initialises the child */
 		atomic_store_explicit(&hp_initialized, 0, memory_order_release);
 }
 
@@ -77,33 +80,32 @@ __attribute__((constructor)) static void register_fork_handlers(void)
 	pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
 }
 
-void hp_init_slow(void)
+static void init_locked(void)
 {
-	HP_ERRNO_SAVE; /* control files and probes that are absent are no error */
-	if (initializing)
-		return;
-	pthread_mutex_lock(&init_lock);
-	if (atomic_load(&hp_initialized)) {
-		pthread_mutex_unlock(&init_lock);
-		HP_ERRNO_RESTORE;
-		return;
-	}
 	initializing = true;
-	hp_inside++; /* init reads files, creates a thread: their mallocs are libc's */
+	hp_inside++; /* init reads files: their mallocs are libc's */
 	if (!once_done) {
 		knobs_init(!tool_mode);
 		control_init();
 		atexit(at_exit);
 		once_done = true;
 	}
-	/* initialised before the janitor runs: it calls hp_* functions itself,
-	 * and must not wait for init_lock while holding its own locks */
 	atomic_store_explicit(&hp_initialized, 1, memory_order_release);
-	if (!tool_mode)
-		janitor_start();
 	hp_inside--;
 	initializing = false;
+}
+
+void hp_init_slow(void)
+{
+	HP_ERRNO_SAVE; /* control files and probes that are absent are no error */
+	if (initializing)
+		return;
+	HP_NOCANCEL_BEGIN;
+	pthread_mutex_lock(&init_lock);
+	if (!atomic_load(&hp_initialized))
+		init_locked();
 	pthread_mutex_unlock(&init_lock);
+	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
 }
 
@@ -116,6 +118,7 @@ void lifecycle_tool_mode(void)
 	pthread_mutex_lock(&init_lock);
 	tool_mode = true;
 	pthread_mutex_unlock(&init_lock);
+	janitor_forbid();
 	publish_disable();
 }
 

@@ -90,7 +90,7 @@ static int read_numa_maps(uintptr_t lo, uintptr_t hi, uintptr_t first, struct hp
 	return 0;
 }
 
-int hp_kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out)
+static int kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out)
 {
 	uintptr_t lo = (uintptr_t)addr, span = len ? len : 1;
 	uintptr_t hi = span > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + span; /* no wrap */
@@ -109,4 +109,13 @@ int hp_kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out)
 	}
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+/* Reads /proc/self/numa_maps: no cancellation point (see HP_NOCANCEL_BEGIN). */
+int hp_kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = kernel_numa(addr, len, out);
+	HP_NOCANCEL_END;
+	return rc;
 }

@@ -39,9 +39,18 @@
  *   Until the library has read its knobs, hp_huge_threshold() is SIZE_MAX:
  *   what the dynamic linker and other libraries' constructors allocate
  *   before ours is glibc's.  The constructor initialises hpalloc (knobs,
- *   control directory, janitor, published entry: the process appears in
- *   `hpctl stats`) in a well-defined context, not in whatever allocation
- *   happens to come first.
+ *   control directory) in a well-defined context, not in whatever
+ *   allocation happens to come first.  It starts no thread: like glibc's
+ *   malloc, hpalloc starts its janitor only when there is work for it, at
+ *   the first huge block (lib/janitor.c).  A program whose allocations all
+ *   stay below the threshold remains a process of one thread -- one that
+ *   may still unshare(CLONE_NEWUSER), as bwrap and rootless containers do
+ *   -- and appears in `hpctl stats` from its first huge block on.
+ *
+ * Cancellation
+ *   glibc's malloc & co are no cancellation points; hpalloc's entry points
+ *   called here are none either (lib/internal.h, HP_NOCANCEL_BEGIN), and
+ *   the small path below the threshold never leaves glibc.
  */
 #include "hpalloc.h"
 
@@ -332,8 +341,9 @@ __attribute__((constructor)) static void preload_init(void)
 
 	preload_ctx();
 	resolve_usable_size();
-	/* Initialise hpalloc here and now.  hp_huge_alloc() does, and answers 1
-	 * for a size below every possible threshold without allocating. */
+	/* Initialise hpalloc here and now (no thread: see Start-up above).
+	 * hp_huge_alloc() does, and answers 1 for a size below every possible
+	 * threshold without allocating. */
 	hp_huge_alloc(preload_ctx(), 0, 0, 0, &unused);
 	report();
 }

@@ -353,7 +353,7 @@ static int visit(int procfd, pid_t pid, const struct vantage *v,
 	return 0;
 }
 
-int hp_proc_get(long pid, struct hp_proc *out)
+static int proc_get(long pid, struct hp_proc *out)
 {
 	struct vantage v;
 	bool removed;
@@ -383,6 +383,16 @@ int hp_proc_get(long pid, struct hp_proc *out)
 	}
 	errno = saved;
 	return 0;
+}
+
+/* These read the control directory: no cancellation point (see
+ * HP_NOCANCEL_BEGIN), and no descriptor left open by one. */
+int hp_proc_get(long pid, struct hp_proc *out)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = proc_get(pid, out);
+	HP_NOCANCEL_END;
+	return rc;
 }
 
 static bool is_pid_name(const char *s, pid_t *pid)
@@ -459,7 +469,7 @@ nomem:
 	return -1;
 }
 
-int hp_proc_list(struct hp_proc_list *out)
+static int proc_list(struct hp_proc_list *out)
 {
 	int saved = errno, procfd, rc;
 
@@ -483,6 +493,14 @@ int hp_proc_list(struct hp_proc_list *out)
 	}
 	errno = saved;
 	return 0;
+}
+
+int hp_proc_list(struct hp_proc_list *out)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = proc_list(out);
+	HP_NOCANCEL_END;
+	return rc;
 }
 
 void hp_proc_list_free(struct hp_proc_list *list)

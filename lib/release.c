@@ -7,7 +7,8 @@
  *              held, at the very moment the block leaves the registry or
  *              the cache -- until its mapping is gone and its record freed.
  * Releasing blocks are on one of two lists, under rel_lock:
- *   pending    adopted, not yet sent anywhere (release_flush() sends them);
+ *   pending    adopted, not yet sent anywhere (release_flush() sends them,
+ *              or leaves them to the janitor's release_pump());
  *   in_ring    MADV_DONTNEED entries for it are prepared in the io_uring
  *              (ring.c) from the first one on: only its last completion
  *              (release_chunk_done(), janitor thread) unmaps it.  A failed
@@ -19,8 +20,12 @@
  *
  * Which way a block goes: the ring when the janitor has set one up (it
  * reaps), the `uring` knob is on and the ring is not backlogged by a failed
- * submit; else synchronously, in the calling thread.  hp_release_drain()
- * waits until both lists are empty. */
+ * submit; else synchronously, in the calling thread.  Only the janitor uses
+ * the ring (ring.c says why): another thread leaves its blocks pending and
+ * wakes it, and the janitor moves them into the ring (release_pump).  A
+ * ring that is gone (its descriptor closed by the program) hands back what
+ * it held, and every release is synchronous from then on.
+ * hp_release_drain() waits until both lists are empty. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -94,10 +99,10 @@ static bool ring_wanted(bool sync)
 }
 
 /* rel_lock held: into the ring (linked first: it is the ring's from its
- * first prepared entry), else unmapped right here. */
-static void send_locked(struct hp_block *b, bool sync)
+ * first prepared entry), else unmapped right here.  The janitor's only. */
+static void send_locked(struct hp_block *b)
 {
-	if (ring_wanted(sync)) {
+	if (ring_wanted(false)) {
 		ring_link_locked(b);
 		if (ring_queue(b)) {
 			stat_add(HP_STAT_URING_RELEASES, 1);
@@ -109,18 +114,41 @@ static void send_locked(struct hp_block *b, bool sync)
 	unmap_locked(b);
 }
 
+/* The ring's way: the blocks wait for the janitor, which is woken.  Else
+ * they are unmapped here and now. */
 void release_flush(bool sync)
 {
 	if (!atomic_load_explicit(&busy, memory_order_relaxed))
 		return;
+	if (ring_wanted(sync)) {
+		janitor_wake();
+		return;
+	}
 	pthread_mutex_lock(&rel_lock);
 	while (pending) {
 		struct hp_block *b = pending;
 		pending = b->next;
-		send_locked(b, sync);
+		stat_add(HP_STAT_SYNC_RELEASES, 1);
+		unmap_locked(b);
 	}
 	update_busy_locked();
 	pthread_mutex_unlock(&rel_lock);
+}
+
+void release_pump(void)
+{
+	if (atomic_load_explicit(&busy, memory_order_relaxed)) {
+		pthread_mutex_lock(&rel_lock);
+		while (pending) {
+			struct hp_block *b = pending;
+			pending = b->next;
+			send_locked(b);
+		}
+		update_busy_locked();
+		pthread_mutex_unlock(&rel_lock);
+	}
+	ring_submit();   /* what was prepared, and a backlog */
+	ring_collect();  /* a ring that is gone gives back what it held */
 }
 
 /* Janitor thread: one chunk of b is done.  If madvise failed, munmap frees
@@ -137,18 +165,39 @@ void release_chunk_done(struct hp_block *b, int res)
 	pthread_mutex_unlock(&rel_lock);
 }
 
+/* The ring is gone with completions that will never be seen: its blocks
+ * leave the list, still mapped (a late MADV_DONTNEED can only hit them,
+ * and their addresses are never handed out again). */
+void release_abandon_ring(void)
+{
+	pthread_mutex_lock(&rel_lock);
+	while (in_ring) {
+		struct hp_block *b = in_ring;
+		in_ring = b->lru_next;
+		free(b);
+	}
+	update_busy_locked();
+	pthread_mutex_unlock(&rel_lock);
+}
+
 bool release_busy(void)
 {
 	return atomic_load_explicit(&busy, memory_order_relaxed);
 }
 
+/* pthread_cond_wait is a cancellation point, and a thread cancelled in it
+ * would end holding rel_lock: every later release, and fork, would wait
+ * for it forever.  Draining is no cancellation point (as no malloc is):
+ * a cancel that arrives meanwhile acts at the caller's next one. */
 void release_drain(void)
 {
+	HP_NOCANCEL_BEGIN;
 	release_flush(false);
 	pthread_mutex_lock(&rel_lock);
 	while (pending || in_ring)
 		pthread_cond_wait(&drained, &rel_lock);
 	pthread_mutex_unlock(&rel_lock);
+	HP_NOCANCEL_END;
 }
 
 void hp_release_drain(void)

@@ -35,7 +35,7 @@ static void add_field(const char *line, struct hp_kernel_backing *k, bool first)
 		k->thp_eligible = strstr(line, " hg") != NULL;
 }
 
-int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *out)
+static int kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *out)
 {
 	uintptr_t lo = (uintptr_t)addr, span = len ? len : 1;
 	uintptr_t hi = span > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + span; /* no wrap */
@@ -74,4 +74,13 @@ int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *ou
 	}
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+/* Reads /proc/self/smaps: no cancellation point (see HP_NOCANCEL_BEGIN). */
+int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *out)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = kernel_backing(addr, len, out);
+	HP_NOCANCEL_END;
+	return rc;
 }

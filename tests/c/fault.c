@@ -1,6 +1,7 @@
 /* See fault.h. */
 #include "fault.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -16,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include <liburing.h>
 
 #include "hpalloc.h"
@@ -26,6 +28,7 @@ static _Atomic unsigned ring_entries;
 static _Atomic int ring_inits;
 static _Atomic unsigned init_pause_ms;
 static _Atomic int pthread_err;
+static _Atomic int register_err;
 
 void fault_submit(int err, int times)
 {
@@ -38,6 +41,12 @@ void fault_submit_partial(int times)
 	atomic_store(&partial_times, times);
 }
 
+int fault_submit_partial_left(void)
+{
+	int left = atomic_load(&partial_times);
+	return left > 0 ? left : 0;
+}
+
 /* What liburing's submit does, but with to_submit = 1: the kernel takes the
  * first entry and leaves the others queued behind the head it publishes. */
 static int submit_one(struct io_uring *ring)
@@ -47,6 +56,10 @@ static int submit_one(struct io_uring *ring)
 		sq->sqe_head = sq->sqe_tail;
 		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
 	}
+	/* hpalloc registers its ring and closes the plain fd (lib/ring.c):
+	 * enter through the registered index then, as liburing does */
+	if (ring->int_flags & 1 /* liburing's INT_FLAG_REG_RING */)
+		return io_uring_enter((unsigned)ring->enter_ring_fd, 1, 0, IORING_ENTER_REGISTERED_RING, NULL);
 	return io_uring_enter((unsigned)ring->ring_fd, 1, 0, 0, NULL);
 }
 
@@ -78,6 +91,11 @@ void fault_ring_init_pause(unsigned ms)
 void fault_pthread_create(int err)
 {
 	atomic_store(&pthread_err, err);
+}
+
+void fault_register_ring(int err)
+{
+	atomic_store(&register_err, err);
 }
 
 static void *next(const char *name)
@@ -129,6 +147,18 @@ int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
 	return rc;
 }
 
+int io_uring_register_ring_fd(struct io_uring *ring)
+{
+	static int (*real)(struct io_uring *);
+	int err = atomic_load(&register_err);
+
+	if (err)
+		return -err;
+	if (!real)
+		real = (int (*)(struct io_uring *))next("io_uring_register_ring_fd");
+	return real(ring);
+}
+
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
 int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
@@ -141,6 +171,80 @@ int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *)
 	if (!real)
 		real = (create_fn)next("pthread_create");
 	return real(t, attr, fn, arg);
+}
+
+long fault_others_cpu_ms(void)
+{
+	long me = (long)syscall(SYS_gettid), tick = sysconf(_SC_CLK_TCK), total = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	if (!d || tick <= 0)
+		abort();
+	while ((e = readdir(d))) {
+		char path[64], buf[1024];
+		long tid = strtol(e->d_name, NULL, 10);
+		if (tid <= 0 || tid == me)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue; /* gone meanwhile */
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		/* fields after the command name (which may hold spaces): state is
+		 * field 3, utime 14, stime 15 */
+		const char *p = strrchr(buf, ')');
+		unsigned long ut, st;
+		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+			total += (long)(ut + st) * 1000 / tick;
+	}
+	closedir(d);
+	return total;
+}
+
+int fault_fds_linking(const char *target, int *first)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	*first = -1;
+	if (!d)
+		abort();
+	while ((e = readdir(d))) {
+		char path[64], link[256];
+		int fd = (int)strtol(e->d_name, NULL, 10);
+		if (e->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t len = readlink(path, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		if (strcmp(link, target) != 0)
+			continue;
+		n++;
+		if (*first < 0 || fd < *first)
+			*first = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+long fault_thread_syscall(int tid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long nr = -1;
+	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%ld", &nr) != 1)
+		nr = -1;
+	fclose(f);
+	return nr;
 }
 
 size_t fault_mapped_bytes(const void *addr, size_t len)

@@ -1,8 +1,8 @@
 /* Fault injection for the failure tests (tests/c/<failure>.c), linked into
  * each such program.
  *
- * The program itself defines io_uring_submit, io_uring_queue_init and
- * pthread_create: the executable comes first in symbol lookup, so
+ * The program itself defines io_uring_submit, io_uring_queue_init,
+ * io_uring_register_ring_fd and pthread_create: the executable comes first in symbol lookup, so
  * libhpalloc's calls land here (also under ASan, whose interceptors we
  * forward to via RTLD_NEXT).  Until armed, each forwards to the real one.
  * Counters are atomics: the janitor thread submits too.
@@ -23,6 +23,7 @@ int fault_submit_failures(void); /* how many submits were made to fail */
  * prepared entry and return 1, as the kernel does when it runs out of
  * requests part way (io_submit_sqes): the rest stay in the ring. */
 void fault_submit_partial(int times);
+int fault_submit_partial_left(void); /* of those, not happened yet */
 /* io_uring_queue_init: -err (0: real), or the real one with `entries`. */
 void fault_queue_init(int err);
 void fault_ring_entries(unsigned entries);
@@ -32,6 +33,20 @@ int fault_ring_inits(void);
 void fault_ring_init_pause(unsigned ms);
 /* pthread_create returns err (0: real). */
 void fault_pthread_create(int err);
+/* io_uring_register_ring_fd returns -err (0: real): a kernel before 5.18,
+ * where hpalloc's ring keeps its plain descriptor. */
+void fault_register_ring(int err);
+
+/* CPU time (user + system, ms) used so far by every thread of this
+ * process but the calling one (/proc/self/task/<tid>/stat): what the
+ * janitor and the kernel's io_uring workers burn while the caller sleeps. */
+long fault_others_cpu_ms(void);
+/* Descriptors of this process whose /proc/self/fd link is target (e.g.
+ * "anon_inode:[io_uring]"): how many, the lowest in *first (-1 if none). */
+int fault_fds_linking(const char *target, int *first);
+/* The system call thread tid of this process is blocked in (first field of
+ * /proc/self/task/<tid>/syscall), -1 if running or unknown. */
+long fault_thread_syscall(int tid);
 
 /* Bytes of [addr, addr+len) that /proc/self/maps shows mapped. */
 size_t fault_mapped_bytes(const void *addr, size_t len);

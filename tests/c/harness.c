@@ -657,8 +657,18 @@ void harness_pools_restore(void)
 	}
 }
 
+void harness_janitor_start(void)
+{
+	if (harness_stat(HP_STAT_JANITOR_ACTIVE))
+		return;
+	size_t t = hp_huge_threshold();
+	if (t != SIZE_MAX)
+		hp_free(hp_malloc(t < 2 * MiB ? 2 * MiB : t));
+}
+
 bool harness_ring_ready_within(unsigned ms)
 {
+	harness_janitor_start();
 	for (unsigned waited = 0;; waited += 5) {
 		if (harness_stat(HP_STAT_URING_ACTIVE))
 			return true;

@@ -182,9 +182,14 @@ int harness_huge_vmas(size_t *bytes);
  * -1 unless root: for others the kernel reports every PFN as 0.  (Root
  * failing to read it fails the test.) */
 int harness_pfns(const void *addr, size_t len, uint64_t *pfn);
+/* The janitor starts with the process's first huge block (lib/janitor.c):
+ * unless it runs, one block of the threshold's size (2 MiB at least) is
+ * allocated and freed, under the knobs in force. */
+void harness_janitor_start(void);
 /* The janitor has its io_uring set up (the uring_active gauge) within ms
- * milliseconds: it sets the ring up after start-up, so a test that needs a
- * release to go through the ring waits for it first. */
+ * milliseconds: it is started (harness_janitor_start) and sets the ring up
+ * after its start, so a test that needs a release to go through the ring
+ * waits for it first. */
 bool harness_ring_ready_within(unsigned ms);
 /* Minor page faults of this process so far (getrusage). */
 long harness_minor_faults(void);

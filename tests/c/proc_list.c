@@ -230,7 +230,7 @@ static void test_killed_child_pruned(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		hp_free(hp_malloc(64)); /* a fresh library state: publishes */
+		harness_janitor_start(); /* a fresh library state: publishes */
 		for (int i = 0; i < 200 && !exists("%ld/stats", getpid()); i++)
 			usleep(20000);
 		c = exists("%ld/stats", getpid()) ? 'y' : 'n';
@@ -392,7 +392,7 @@ static char child_claims_over(unsigned long long dev, unsigned long long ino)
 		close(go[1]);
 		if (read(go[0], &c, 1) != 1)
 			_exit(1);
-		hp_free(hp_malloc(64)); /* the janitor claims proc/<pid> */
+		harness_janitor_start(); /* the janitor claims proc/<pid> */
 		usleep(800 * 1000);
 		snprintf(path, sizeof(path), "%s/%ld/stats", proc_dir, (long)getpid());
 		f = fopen(path, "r");

@@ -2,7 +2,9 @@
  *
  *   knobwatch [-t SECONDS] [-f] KNOB...
  *
- * Initialises the library (one hp_malloc), prints "ready <pid>", then every
+ * Initialises the library (one hp_malloc, then one block of the threshold's
+ * size: the library starts its janitor -- control polling, the published
+ * entry -- with the first huge block), prints "ready <pid>", then every
  * 20 ms reads the knobs with hp_knob_get() and prints "KNOB=VALUE SOURCE"
  * whenever one changes (and once at start).  It never calls
  * hp_control_reload(): a change can only reach it through the library's
@@ -14,6 +16,7 @@
 #include "hpalloc.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +56,17 @@ static void wait_published(void)
 		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
 }
 
+/* The library's own polling and publishing come with its janitor thread,
+ * which the first huge block starts (lib/janitor.c): map one.  With
+ * mode=off there is none, and no janitor. */
+static void start_janitor(void)
+{
+	hp_free(hp_malloc(64)); /* initialises the library: knobs, control dir */
+	size_t t = hp_huge_threshold();
+	if (t != SIZE_MAX)
+		hp_free(hp_malloc(t));
+}
+
 /* A child that uses hpalloc after fork() (it publishes itself under its
  * own pid) and then exits normally (its exit handler must not remove the
  * parent's entry). */
@@ -67,7 +81,7 @@ static void start_child(void)
 	}
 	if (pid == 0) {
 		const struct timespec t = { 1, 500 * 1000 * 1000 };
-		hp_free(hp_malloc(64));
+		start_janitor();
 		nanosleep(&t, NULL);
 		exit(0);
 	}
@@ -81,7 +95,6 @@ int main(int argc, char **argv)
 	double limit = 60, end;
 	const struct timespec tick = { 0, 20 * 1000 * 1000 };
 	int first = 1, nknobs;
-	void *p;
 
 	int fork_child = 0;
 
@@ -104,8 +117,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGTERM, on_term);
-	p = hp_malloc(64); /* initialises the library: janitor, control dir */
-	hp_free(p);
+	start_janitor();
 	printf("ready %ld\n", (long)getpid());
 	fflush(stdout);
 	if (fork_child)

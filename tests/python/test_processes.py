@@ -52,8 +52,11 @@ def test_own_entry():
 def test_killed_process_is_pruned():
     ctl = control_dir()
     child = subprocess.Popen(
-        [sys.executable, "-c", "import hpalloc, sys, time; hpalloc.stats(); "
-         "print('ready', flush=True); time.sleep(60)"],
+        # a huge block: the library's janitor, which publishes, starts with it
+        [sys.executable, "-c", "import hpalloc, hpalloc.numpy as hpnp, numpy as np, time\n"
+         "hpalloc.set('threshold', '1M')\n"
+         "with hpnp.enabled():\n    a = np.ones(1 << 20)\n"
+         "print('ready', flush=True)\ntime.sleep(60)"],
         env=python_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
