@@ -193,7 +193,7 @@ static int create(size_t size, size_t pagesize, struct shared *s)
 	return create_shmem(hp_align_up(size, HP_THP_SIZE), mode != MODE_OFF, s);
 }
 
-void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out)
+static void *shared_alloc(size_t size, size_t pagesize, int *fd_out)
 {
 	struct shared s;
 	HP_ERRNO_SAVE;
@@ -256,7 +256,7 @@ static bool sealed_block(int fd, size_t *len, size_t *pagesize)
 	return true;
 }
 
-void *hp_shared_map(int fd, size_t *size_out)
+static void *shared_map(int fd, size_t *size_out)
 {
 	struct shared s = {0};
 	size_t pagesize;
@@ -300,7 +300,7 @@ static struct shared **find_locked(const void *addr)
 	return NULL;
 }
 
-int hp_shared_free(void *ptr)
+static int shared_free(void *ptr)
 {
 	pthread_mutex_lock(&shared_lock);
 	struct shared **pp = ptr ? find_locked(ptr) : NULL, *s = pp ? *pp : NULL;
@@ -319,6 +319,32 @@ int hp_shared_free(void *ptr)
 	free(s);
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+/* The entry points: log lines, close() and the probes are cancellation
+ * points, which hpalloc's calls are not (see HP_NOCANCEL_BEGIN). */
+void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out)
+{
+	HP_NOCANCEL_BEGIN;
+	void *p = shared_alloc(size, pagesize, fd_out);
+	HP_NOCANCEL_END;
+	return p;
+}
+
+void *hp_shared_map(int fd, size_t *size_out)
+{
+	HP_NOCANCEL_BEGIN;
+	void *p = shared_map(fd, size_out);
+	HP_NOCANCEL_END;
+	return p;
+}
+
+int hp_shared_free(void *ptr)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = shared_free(ptr);
+	HP_NOCANCEL_END;
+	return rc;
 }
 
 int hp_shared_info(const void *ptr, struct hp_shared_info *out)
