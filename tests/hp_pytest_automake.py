@@ -8,9 +8,9 @@ PY_LOG_COMPILER with -p hp_pytest_automake).
   at the end, which tests/skip-driver counts: a file where some tests
   skipped shows them in the summary too.
 * skip(cap, why) skips a test because the machine lacks a capability
-  (hugetlb, hugetlb1g, uring, thp, root, nonroot -- as in
-  tests/c/harness.h -- or a library of the Python stack under test: numba,
-  torch, distributed, pyarrow); when HPALLOC_TEST_REQUIRE lists it, the test
+  (one of tests/capabilities: hugetlb, hugetlb1g, uring, thp, root,
+  nonroot, or a library of the Python stack under test: numba, torch,
+  distributed, pyarrow); when HPALLOC_TEST_REQUIRE lists it, the test
   fails instead.  need(module) imports such a library or skips that way.
   A plain pytest.skip() counts as "other", never required.
 """
@@ -28,8 +28,18 @@ LIBRARIES = {
     "distributed": ("distributed", "Debian: python3-distributed; PyPI: distributed"),
     "pyarrow": ("pyarrow", "PyPI: pyarrow (Debian 12 has none)"),
 }
-CAPS = ("hugetlb", "hugetlb1g", "uring", "thp", "root", "nonroot") + \
-    tuple(cap for cap, _ in LIBRARIES.values())
+
+
+def _caps():
+    """The capability names of tests/capabilities, the list the C and
+    shell harnesses read too."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capabilities")
+    with open(path, encoding="utf-8") as f:
+        return tuple(line.split()[0] for line in f
+                     if line.strip() and not line.startswith("#"))
+
+
+CAPS = _caps()
 
 
 def _required():

@@ -38,16 +38,11 @@
 void harness_init(int argc, char **argv);
 /* Runs the group; returns the process exit status (0, 1 or 77). */
 int harness_run(const char *group, const struct CMUnitTest *tests, size_t count);
-/* Capabilities of the machine a case may lack (HPALLOC_TEST_REQUIRE takes
- * a comma-separated list of them):
- *   hugetlb  2 MiB hugetlb pages can be reserved (root, pool, memory)
- *   hugetlb1g  a 1 GiB hugetlb page can be reserved
- *   uring    io_uring is usable (liburing built in, no sysctl/seccomp ban)
- *   thp      transparent huge pages are not [never]
- *   root     the test runs as root (setuid, chown, sysctl, namespaces)
- *   nonroot  an unprivileged user (nobody) can be switched to
- * "other" is no capability: a skip for any other reason, never required. */
-#define HARNESS_CAPS "hugetlb hugetlb1g uring thp root nonroot"
+/* Capabilities of the machine a case may lack (hugetlb, hugetlb1g, uring,
+ * thp, root, nonroot, ...): tests/capabilities lists and explains them all
+ * (HARNESS_CAPS_FILE, set by tests/c/Makemodule.am), HPALLOC_TEST_REQUIRE
+ * takes a comma-separated list of them.  "other" is no capability: a skip
+ * for any other reason, never required. */
 /* Whether HPALLOC_TEST_REQUIRE names cap (read by harness_init). */
 bool harness_required(const char *cap);
 /* Skip the current case because the machine lacks cap, printing why; if

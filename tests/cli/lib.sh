@@ -38,10 +38,13 @@ ok() { checks=$((checks + 1)); }
 done_ok() { echo "PASS: $checks checks"; exit 0; }
 
 # ---- what the machine lacks (as in tests/c/harness.h) ----------------------
-# A skip names the capability it lacks: hugetlb, hugetlb1g, uring, thp,
-# root, nonroot (or "other", never required).  HPALLOC_TEST_REQUIRE (comma-
-# separated; CI: all of them) turns a skip of a listed one into a failure.
-HP_CAPS="hugetlb hugetlb1g uring thp root nonroot"
+# A skip names the capability it lacks, one of tests/capabilities (hugetlb,
+# hugetlb1g, uring, thp, root, nonroot, ...; or "other", never required).
+# HPALLOC_TEST_REQUIRE (comma-separated; CI: all of them) turns a skip of a
+# listed one into a failure; a name that file does not list is an error.
+hp_caps_file=${srcdir:-$(dirname "${BASH_SOURCE[0]}")/../..}/tests/capabilities
+HP_CAPS=$(sed -n 's/^\([a-z0-9]\+\)[[:space:]].*/\1/p' "$hp_caps_file" 2>/dev/null | tr '\n' ' ')
+[ -n "$HP_CAPS" ] || { echo "cannot read the capability list $hp_caps_file" >&2; exit 99; }
 hp_required=${HPALLOC_TEST_REQUIRE:-}
 for cap in ${hp_required//,/ }; do
 	case " $HP_CAPS " in
