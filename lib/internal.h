@@ -174,6 +174,9 @@ HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *ba
  * and was cut from the same mapping. */
 HP_HIDDEN int os_thp_join(struct hp_map *front, const struct hp_map *back);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
+/* The page size a sysfs directory named hugepages-<N>kB stands for (the
+ * hugetlb pools' and multi-size THP's), or 0 for any other name. */
+HP_HIDDEN size_t os_hugepages_dir_size(const char *name);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
