@@ -23,25 +23,34 @@ fi
 rep=$(mktemp -d "$tmp/rep.XXXXXX") && chmod 0700 "$rep" || fail "mktemp"
 : >"$rep/report"
 
-# with_report PROGRAM ARGS...: PROGRAM with HPALLOC_REPORT and the
-# environment of `hpctl run` (as the caller: root).
-with_report() {
-	env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" HPALLOC_NUMPY=1 \
-		PYTHONPATH="$PYDIR/hpalloc/_boot:$PYDIR" "$@"
-}
+# with_report PROGRAM ARGS...: PROGRAM with HPALLOC_REPORT (as the caller:
+# root), no preload
+with_report() { env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" "$@"; }
 
 # ---- Python ------------------------------------------------------------------------------
+# The package's extensions load libhpalloc.so.1; an ASan build's cannot be
+# loaded without the ASan runtime first, which a setuid program does not
+# preload: there the interpreter runs the build's activation module alone,
+# with whichever hpalloc package it finds by itself (an installed one, or
+# none: a failure to import it is reported like any other).
+pypath=$PYDIR/hpalloc/_boot:$PYDIR
+if [ -n "${SANITIZER_FLAGS:-}" ] && can_python; then
+	mkdir -m 0755 "$dir/act" && cp "$PYDIR/hpalloc_activate.py" "$dir/act/" &&
+		printf 'import hpalloc_activate\n' >"$dir/act/sitecustomize.py" || fail "staging"
+	pypath=$dir/act
+fi
 if can_python; then
 	cp "$(readlink -f "$PY")" "$dir/python3" && chmod 0755 "$dir/python3" || fail "cp $PY"
 	ids='import os, numpy; print(os.getuid(), os.geteuid())'
-	run with_report "$dir/python3" -c "$ids"
+	run env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" HPALLOC_NUMPY=1 PYTHONPATH="$pypath" \
+		"$dir/python3" -c "$ids"
 	[ "$rc" = 0 ] || fail "python copy as root: $rc $err"
 	grep -q " numpy " "$rep/report" || fail "the copy without setuid reported nothing: $(cat "$rep/report")"
 	ok
 	: >"$rep/report"
 	chmod 4755 "$dir/python3"
 	run as_nobody env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" HPALLOC_NUMPY=1 \
-		PYTHONPATH="$PYDIR/hpalloc/_boot:$PYDIR" "$dir/python3" -c "$ids"
+		PYTHONPATH="$pypath" "$dir/python3" -c "$ids"
 	[ "$rc" = 0 ] || fail "setuid python as nobody: $rc $err"
 	[ "$out" = "$(id -u nobody) 0" ] || fail "setuid python is not in secure execution: uid euid = $out"
 	[ ! -s "$rep/report" ] || fail "setuid python appended to HPALLOC_REPORT: $(cat "$rep/report")"
