@@ -149,7 +149,7 @@ def all_contenders():
         Contender("mimalloc", "mimalloc, large OS pages", preload=lib("libmimalloc.so.2"),
                   package="libmimalloc2.0", env={"MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}),
         Contender("libhugetlbfs", "libhugetlbfs, HUGETLB_MORECORE=yes",
-                  preload=lib("libhugetlbfs.so"), package="libhugetlbfs0",
+                  preload=lib("libhugetlbfs.so.0"), package="libhugetlbfs0",
                   env={"HUGETLB_MORECORE": "yes"}, pools=True),
         Contender("hp-run", "hpalloc, default knobs (`hpctl run`)", run="hpctl"),
         Contender("hp-preload", "hpalloc, `hpctl run --preload`", run="hpctl-preload"),

@@ -19,6 +19,11 @@
  * AT_SECURE) ignore the control directory entirely.  A refused file never
  * changes behaviour: the layer keeps its last good value and the reason goes
  * to knobs_note_reject().
+ *
+ * Nobody has to create the directory: a default one that is missing is
+ * made by the first process that publishes itself (publish.c), or by hpctl
+ * set, through control_dir_make(), only below a parent no other user can
+ * write to, so no other user can have made it first or own it.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -64,6 +69,7 @@ static struct {
 	pthread_mutex_t lock;
 	bool initialized;
 	bool enabled;                 /* a control directory is configured  */
+	int kind;                     /* how it was chosen: CONTROL_DIR_*   */
 	char dir[PATH_MAX];
 	struct layer control;
 	struct layer override;
@@ -80,7 +86,7 @@ bool control_secure_exec(void)
 	return getauxval(AT_SECURE) != 0;
 }
 
-int control_dir_resolve(char *buf, size_t len)
+int control_dir_choose(char *buf, size_t len, int *kind)
 {
 	const char *env = getenv("HPALLOC_CONTROL_DIR");
 	int n;
@@ -89,6 +95,7 @@ int control_dir_resolve(char *buf, size_t len)
 		errno = EPERM;
 		return -1;
 	}
+	*kind = CONTROL_DIR_GIVEN;
 	if (env && *env && env[0] != '/') {
 		/* Relative: anchor it now, so a later chdir() cannot move it. */
 		char cwd[PATH_MAX];
@@ -97,11 +104,13 @@ int control_dir_resolve(char *buf, size_t len)
 		n = snprintf(buf, len, "%s/%s", cwd, env);
 	} else if (env && *env)
 		n = snprintf(buf, len, "%s", env);
-	else if (geteuid() == 0)
+	else if (geteuid() == 0) {
+		*kind = CONTROL_DIR_ROOT;
 		n = snprintf(buf, len, "%s", HP_CONTROL_DIR_ROOT);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
+	} else if ((env = getenv("XDG_RUNTIME_DIR")) && *env) {
+		*kind = CONTROL_DIR_USER;
 		n = snprintf(buf, len, "%s/hpalloc", env);
-	else {
+	} else {
 		errno = ENOENT;
 		return -1;
 	}
@@ -110,6 +119,13 @@ int control_dir_resolve(char *buf, size_t len)
 		return -1;
 	}
 	return 0;
+}
+
+int control_dir_resolve(char *buf, size_t len)
+{
+	int kind;
+
+	return control_dir_choose(buf, len, &kind);
 }
 
 /* Owner and mode rules common to files and directories. */
@@ -169,6 +185,96 @@ int control_open_dir(int dirfd, const char *path, char *why, size_t wl)
 		errno = EACCES;
 		return -1;
 	}
+	return fd;
+}
+
+/* The parent a default control directory is made in must be one no other
+ * user can write to, so nobody else can have made (or can later replace)
+ * the directory: root's /run is root's and not writable by others; a
+ * user's $XDG_RUNTIME_DIR is the user's and private (mode 0700, as the XDG
+ * Base Directory Specification requires of it). */
+static int check_parent(const struct stat *st, int kind, const char *parent,
+			char *why, size_t wl)
+{
+	if (kind == CONTROL_DIR_ROOT &&
+	    (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)))) {
+		snprintf(why, wl, "%s is not root's alone (owner uid %u, mode %04o)",
+			 parent, (unsigned)st->st_uid,
+			 (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
+	if (kind == CONTROL_DIR_USER &&
+	    (st->st_uid != geteuid() || (st->st_mode & 077))) {
+		snprintf(why, wl, "XDG_RUNTIME_DIR %s is not private to uid %u "
+			 "(owner uid %u, mode %04o; it must be 0700)", parent,
+			 (unsigned)geteuid(), (unsigned)st->st_uid,
+			 (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+/* Open the parent of a default control directory ("/run/hpalloc",
+ * "$XDG_RUNTIME_DIR/hpalloc") if it passes check_parent(): fd, or -1 +
+ * errno and why. */
+static int open_parent(const char *path, int kind, char *why, size_t wl)
+{
+	char parent[PATH_MAX];
+	size_t plen = strlen(path) - strlen("/hpalloc");
+	struct stat st;
+	int fd, saved;
+
+	if (plen >= sizeof(parent)) {
+		errno = ENAMETOOLONG;
+		snprintf(why, wl, "path too long");
+		return -1;
+	}
+	memcpy(parent, path, plen);
+	parent[plen] = '\0';
+	fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		saved = errno;
+		snprintf(why, wl, "%s: %s", parent, strerror(saved));
+		errno = saved;
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || check_parent(&st, kind, parent, why, wl) != 0) {
+		close(fd);
+		errno = EACCES;
+		return -1;
+	}
+	return fd;
+}
+
+int control_dir_make(const char *path, int kind, char *why, size_t wl)
+{
+	const char *name = kind == CONTROL_DIR_GIVEN ? path : "hpalloc";
+	int at = AT_FDCWD, fd, saved;
+	bool made;
+
+	/* There already: its own owner and mode rules decide, whoever the
+	 * parent lets in (a replacement would not be ours or root's). */
+	fd = control_open_dir(AT_FDCWD, path, why, wl);
+	if (fd >= 0 || errno != ENOENT)
+		return fd;
+	if (kind != CONTROL_DIR_GIVEN && (at = open_parent(path, kind, why, wl)) < 0)
+		return -1;
+	made = mkdirat(at, name, 0755) == 0;
+	if (!made && errno != EEXIST) {
+		saved = errno;
+		snprintf(why, wl, "mkdir: %s", strerror(saved));
+		fd = -1;
+	} else {
+		fd = control_open_dir(at, name, why, wl);
+		saved = errno;
+		/* 0755 whatever the umask: a non-root process may follow root's
+		 * knob files (HPALLOC_CONTROL_DIR=/run/hpalloc) */
+		if (fd >= 0 && made)
+			(void)fchmod(fd, 0755);
+	}
+	if (at != AT_FDCWD)
+		close(at);
+	errno = saved;
 	return fd;
 }
 
@@ -538,11 +644,13 @@ static void control_poll_locked(bool force)
 {
 	if (!C.initialized) {
 		C.initialized = true;
-		C.enabled = control_dir_resolve(C.dir, sizeof(C.dir)) == 0;
+		C.enabled = control_dir_choose(C.dir, sizeof(C.dir), &C.kind) == 0;
 		if (!C.enabled)
-			hp_log(2, "no control directory (%s): environment and "
-			       "defaults only", control_secure_exec() ?
-			       "secure execution" : "none configured");
+			hp_log(1, "no control directory (%s): environment and "
+			       "defaults only, and this process publishes nothing "
+			       "(hpctl stats cannot see it)", control_secure_exec() ?
+			       "secure execution" : "not root, and neither "
+			       "HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set");
 	}
 	if (!C.enabled)
 		return;
@@ -567,6 +675,11 @@ void control_poll(void)
 const char *control_dir(void)
 {
 	return C.initialized && C.enabled ? C.dir : NULL;
+}
+
+int control_dir_kind(void)
+{
+	return C.kind;
 }
 
 /* Around fork the lock is held, so the janitor cannot be mid-poll; in the

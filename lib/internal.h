@@ -174,6 +174,9 @@ HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *ba
  * and was cut from the same mapping. */
 HP_HIDDEN int os_thp_join(struct hp_map *front, const struct hp_map *back);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
+/* The page size a sysfs directory named hugepages-<N>kB stands for (the
+ * hugetlb pools' and multi-size THP's), or 0 for any other name. */
+HP_HIDDEN size_t os_hugepages_dir_size(const char *name);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
@@ -420,7 +423,17 @@ HP_HIDDEN bool control_secure_exec(void);   /* getauxval(AT_SECURE) */
 /* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
  * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
 HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
+/* The same, saying which of the three it chose in *kind. */
+enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
+HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
+/* Open the control directory at path as control_open_dir() does, making it
+ * first (mode 0755 whatever the umask) if it is missing.  A default one
+ * (kind ROOT or USER) only below a parent no other user can write to:
+ * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
+ * and mode 0700.  fd, or -1 + errno with the reason in why. */
+HP_HIDDEN int control_dir_make(const char *path, int kind, char *why, size_t wl);
 HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
+HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
 /* Open a directory without following a symlink and check it: owned by euid
  * or root, not group/other-writable.  -1 + errno, reason in why. */
 HP_HIDDEN int control_open_dir(int at, const char *name, char *why, size_t wl);

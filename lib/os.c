@@ -1,8 +1,13 @@
 /* Talking to the kernel about memory: mappings hpalloc owns, THP alignment,
- * hugetlb page sizes (found with libhugetlbfs), pool levels (whole and per
- * NUMA node) and the mbind of a mapping (libnuma's wrapper). */
+ * hugetlb page sizes (from sysfs), pool levels (whole and per NUMA node)
+ * and the mbind of a mapping (libnuma's wrapper).
+ *
+ * Not libhugetlbfs: linked in, its constructor runs in every program using
+ * hpalloc (every program under libhpalloc-preload.so) and honours HUGETLB_*
+ * variables, in secure execution too, where hpalloc honours none. */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,9 +17,6 @@
 #include <unistd.h>
 #ifdef HAVE_CONFIG_H
 #include "config.h"
-#endif
-#ifdef HAVE_LIBHUGETLBFS
-#include <hugetlbfs.h>
 #endif
 #ifdef HAVE_LIBNUMA
 #include <numaif.h>
@@ -47,29 +49,40 @@ static int log2_size(size_t v)
 	return 63 - __builtin_clzll((unsigned long long)v);
 }
 
-/* Page sizes the kernel offers, from libhugetlbfs when we have it. */
+size_t os_hugepages_dir_size(const char *name)
+{
+	unsigned long long kb;
+	char tail[4];
+
+	if (sscanf(name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0 ||
+	    kb == 0 || kb > SIZE_MAX >> 10)
+		return 0;
+	return (size_t)kb << 10;
+}
+
+/* Page sizes the kernel offers: the hugepages-<N>kB directories of
+ * /sys/kernel/mm/hugepages.  Read with getdents64 into a buffer on the
+ * stack, not opendir: this runs inside hp_ctx() and the allocation path,
+ * where a malloc could reach an interposer (libhpalloc-preload.so) and
+ * through it this very pthread_once. */
 static void find_pagesizes(void)
 {
-	long found[MAX_PAGESIZES];
-	int n = 0;
-	HP_ERRNO_SAVE; /* gethugepagesizes() clears it: run from successful calls */
-#ifdef HAVE_LIBHUGETLBFS
-	n = gethugepagesizes(found, MAX_PAGESIZES);
-#endif
-	if (n <= 0) { /* without libhugetlbfs: the x86 sizes, if sysfs has them */
-		static const long guess[] = {1L << 30, 2L << 20};
-		n = 0;
-		for (int i = 0; i < 2; i++) {
-			char path[96];
-			snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%ldkB", guess[i] >> 10);
-			if (access(path, F_OK) == 0)
-				found[n++] = guess[i];
-		}
-	}
+	char buf[4096] __attribute__((aligned(8)));
+	HP_ERRNO_SAVE;
+	int fd = open("/sys/kernel/mm/hugepages", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ssize_t n;
+
 	npagesizes = 0;
-	for (int i = 0; i < n; i++)
-		if (found[i] > 0)
-			pagesizes[npagesizes++] = (size_t)found[i];
+	while (fd >= 0 && (n = getdents64(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *e = (struct dirent64 *)(buf + off);
+			size_t size = os_hugepages_dir_size(e->d_name);
+			off += e->d_reclen;
+			if (size && npagesizes < MAX_PAGESIZES)
+				pagesizes[npagesizes++] = size;
+		}
+	if (fd >= 0)
+		close(fd);
 	for (int i = 1; i < npagesizes; i++) /* tiny insertion sort, descending */
 		for (int j = i; j > 0 && pagesizes[j] > pagesizes[j - 1]; j--) {
 			size_t t = pagesizes[j];

@@ -4,8 +4,9 @@
  * replaced atomically (temporary file + rename) by the janitor thread when
  * its content changed, and removed at exit.
  *
- * The entry is created lazily, only when the control directory exists (and
- * passes the control.c checks) and is writable by us, and it appears whole:
+ * The entry is created lazily, only when the control directory exists (the
+ * default one is made if missing: open_root()), passes the control.c
+ * checks and is writable by us, and it appears whole:
  * made as proc/.new.<pid> with its stats file, then renamed to proc/<pid>,
  * so a reader never meets a directory without one.  A proc/<pid> that exists
  * when we claim it belongs to a dead process with our pid (pids are unique
@@ -41,6 +42,7 @@ static struct {
 	char comm[HP_PROC_COMM_MAX];
 	char last[PUB_MAX];            /* content of the last file written */
 	size_t last_len;
+	char why[HP_KNOB_ERROR_MAX];   /* why we last did not publish, or "" */
 } P = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- helpers shared with hpctl ------------------------------------------- */
@@ -226,6 +228,38 @@ static int create_entry(int procfd, const char *name)
 	return 0;
 }
 
+/* Why this process does not publish, said once per reason (claim() runs
+ * again at every janitor tick until it succeeds). */
+__attribute__((format(printf, 1, 2)))
+static void not_publishing(const char *fmt, ...)
+{
+	char why[sizeof(P.why)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (strcmp(why, P.why) == 0)
+		return;
+	snprintf(P.why, sizeof(P.why), "%s", why);
+	hp_log(1, "not publishing stats: %s", why);
+}
+
+/* The control directory, made first when it is one of the default places
+ * (/run/hpalloc, $XDG_RUNTIME_DIR/hpalloc) and missing, so a fresh machine
+ * needs no set-up for hpctl stats and hpctl -p to see this process.  One
+ * HPALLOC_CONTROL_DIR names is used as it is: such a path is often shared
+ * by several users or containers, and whose process happened to start
+ * first must not decide who owns it (hpctl set makes it). */
+static int open_root(const char *dir, char *why, size_t wl)
+{
+	int kind = control_dir_kind();
+
+	if (kind == CONTROL_DIR_GIVEN)
+		return control_open_dir(AT_FDCWD, dir, why, wl);
+	return control_dir_make(dir, kind, why, wl);
+}
+
 /* Create proc/<pid> for this process; see the comment at the top. */
 static void claim(const char *dir)
 {
@@ -233,11 +267,19 @@ static void claim(const char *dir)
 	pid_t pid = getpid();
 	int root, procfd;
 
-	if (access(dir, W_OK) != 0)
+	root = open_root(dir, why, sizeof(why));
+	if (root < 0) {
+		if (errno == ENOENT && control_dir_kind() == CONTROL_DIR_GIVEN)
+			not_publishing("%s does not exist", dir);
+		else
+			not_publishing("control directory %s: %s", dir, why);
 		return;
-	root = control_open_dir(AT_FDCWD, dir, why, sizeof(why));
-	if (root < 0)
-		return;
+	}
+	if (access(dir, W_OK) != 0) {
+		not_publishing("%s is not writable by uid %u", dir,
+			       (unsigned)getuid());
+		goto out_root;
+	}
 	if (mkdirat(root, "proc", 0755) != 0 && errno != EEXIST)
 		goto out_root;
 	procfd = control_open_dir(root, "proc", why, sizeof(why));
@@ -260,6 +302,8 @@ static void claim(const char *dir)
 		hp_log(1, "not publishing stats: %s/proc/%s: %s", dir, name,
 		       strerror(errno));
 		P.pid = 0;
+	} else {
+		P.why[0] = '\0'; /* a later failure is said again */
 	}
 out:
 	close(procfd);

@@ -97,12 +97,11 @@ int thp_sizes(struct thp_size *out, int max)
 		return -1;
 	thp_setting("enabled", top, sizeof(top));
 	while ((e = readdir(d)) && n < max) {
-		unsigned long long kb;
-		char tail[4];
-		if (sscanf(e->d_name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0)
+		size_t size = os_hugepages_dir_size(e->d_name);
+		if (!size)
 			continue;
 		struct thp_size *s = &out[n];
-		s->size = (size_t)kb << 10;
+		s->size = size;
 		snprintf(path, sizeof(path), "%s/%s/enabled", thp_dir, e->d_name);
 		if (selected_word(path, s->enabled, sizeof(s->enabled)) != 0)
 			continue;

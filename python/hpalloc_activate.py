@@ -60,19 +60,58 @@ def _interpreter():
                                sys.version.split()[0])
 
 
+def _secure_execution():
+    """AT_SECURE (setuid, setgid, file capabilities), as glibc sees it."""
+    try:
+        import ctypes
+        getauxval = ctypes.CDLL(None).getauxval
+        getauxval.restype = ctypes.c_ulong
+        getauxval.argtypes = [ctypes.c_ulong]
+        return getauxval(23) != 0  # AT_SECURE
+    except Exception:  # no ctypes: what makes AT_SECURE most often
+        return os.getuid() != os.geteuid() or os.getgid() != os.getegid()
+
+
+def _append_report(path, line):
+    """Append line to HPALLOC_REPORT (<directory>/report), opened as
+    lib/preload.c's report_open() does, for the same reasons (see there):
+    the directory ours and private, not a symbolic link; the file a regular
+    file of ours, never followed through a link, created or waited for."""
+    import stat
+    directory, name = os.path.split(path)
+    if not directory or not name:
+        return
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                      | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _report(adapter, ok, detail=""):
     path = os.environ.get("HPALLOC_REPORT")
-    if path:
+    if path and not _secure_execution():
         line = "%d %s %s %s\n" % (os.getpid(), adapter,
                                   "ok" if ok else "failed", detail)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-            try:
-                os.write(fd, line.replace("\n", " ").rstrip().encode() + b"\n")
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+        _append_report(path, line.replace("\n", " ").rstrip().encode() + b"\n")
     if not ok:
         sys.stderr.write("hpalloc: HPALLOC_NUMPY=%s but hpalloc is not active "
                          "for %s in %s: %s; the program runs on the default "

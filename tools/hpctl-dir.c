@@ -38,12 +38,17 @@ const char *ctl_dir_path(void)
 int ctl_dir_open(bool create)
 {
 	const char *path = ctl_dir_path();
-	char why[HP_KNOB_ERROR_MAX];
-	int fd;
+	char why[HP_KNOB_ERROR_MAX], buf[PATH_MAX];
+	int fd, kind;
 
-	if (create && mkdir(path, 0755) != 0 && errno != EEXIST) {
-		warnx("cannot create control directory %s: %s", path,
-		      strerror(errno));
+	if (create && control_dir_choose(buf, sizeof(buf), &kind) == 0) {
+		fd = control_dir_make(path, kind, why, sizeof(why));
+		if (fd >= 0)
+			return fd;
+		if (errno == EACCES || errno == ELOOP || errno == ENOTDIR)
+			warnx("control directory %s refused: %s", path, why);
+		else
+			warnx("cannot create control directory %s: %s", path, why);
 		exit(EXIT_RUNTIME);
 	}
 	fd = control_open_dir(AT_FDCWD, path, why, sizeof(why));

@@ -20,7 +20,8 @@
  *     interpreter's own packages.
  *
  * --check: every process that tries to activate appends a line to the file
- * named by HPALLOC_REPORT; hpctl waits for COMMAND and exits with its status
+ * named by HPALLOC_REPORT, in a directory of hpctl's own (report_make());
+ * hpctl waits for COMMAND and exits with its status
  * if it failed, else 1 (saying why) when no process activated, else 0.
  * Meanwhile it stays transparent as the exec would be: signals sent to it
  * go on to COMMAND, and it dies of the signal that killed COMMAND. */
@@ -32,6 +33,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -156,14 +158,20 @@ struct report {
 	char first_failure[512];
 };
 
-static void read_report(const char *path, struct report *r)
+/* fd: the report file, open since hpctl made it (never opened again by
+ * name: the command may have replaced what that name leads to). */
+static void read_report(int fd, struct report *r)
 {
 	char line[1024];
-	FILE *f = fopen(path, "re");
+	int copy = dup(fd);
+	FILE *f = copy < 0 || lseek(copy, 0, SEEK_SET) < 0 ? NULL : fdopen(copy, "r");
 
 	*r = (struct report){0};
-	if (!f)
+	if (!f) {
+		if (copy >= 0)
+			close(copy);
 		return;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		long pid;
 		char adapter[32], result[16];
@@ -234,19 +242,56 @@ static int wait_status(pid_t pid, int *status)
 	return 0;
 }
 
+/* The report: <private directory>/report, named by HPALLOC_REPORT, which
+ * every process of the command inherits -- also those that outlive hpctl,
+ * once the directory is gone and another user may have made one at its
+ * name.  So the writers (lib/preload.c's report_open(), and
+ * python/hpalloc_activate.py's _report()) use it only if the directory is
+ * theirs and 0700 and the file a regular file of theirs, opened without
+ * following a link or blocking.  The report file's descriptor (the
+ * directory's in *dirfd), or -1 after saying why. */
+static int report_make(char *dir, size_t len, int *dirfd)
+{
+	const char *tmp = getenv("TMPDIR");
+	int fd;
+
+	if (snprintf(dir, len, "%s/hpctl-run.XXXXXX", tmp && *tmp ? tmp : "/tmp") >= (int)len) {
+		warnx("run --check: TMPDIR is too long: %s", tmp);
+		return -1;
+	}
+	if (!mkdtemp(dir)) {
+		warnx("run --check: cannot create a report directory %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	*dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = *dirfd < 0 || fchmod(*dirfd, 0700) != 0 ? -1 :
+		openat(*dirfd, "report", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		warnx("run --check: cannot create a report file in %s: %s", dir, strerror(errno));
+		if (*dirfd >= 0)
+			close(*dirfd);
+		rmdir(dir);
+	}
+	return fd;
+}
+
+static void report_remove(const char *dir, int dirfd, int fd)
+{
+	close(fd);
+	unlinkat(dirfd, "report", 0);
+	close(dirfd);
+	rmdir(dir);
+}
+
 static int run_checked(struct hpctl *c)
 {
-	char path[PATH_MAX];
-	const char *tmp = getenv("TMPDIR");
+	char dir[PATH_MAX], path[PATH_MAX + 16];
 	struct report r;
+	int dirfd, fd = report_make(dir, sizeof(dir), &dirfd);
 
-	snprintf(path, sizeof(path), "%s/hpctl-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	int fd = mkstemp(path);
-	if (fd < 0) {
-		warnx("run --check: cannot create a report file in %s: %s", path, strerror(errno));
+	if (fd < 0)
 		return EXIT_RUNTIME;
-	}
-	close(fd);
+	snprintf(path, sizeof(path), "%s/report", dir);
 	setenv("HPALLOC_REPORT", path, 1);
 	fflush(NULL);
 	sigset_t block, old;
@@ -255,7 +300,7 @@ static int run_checked(struct hpctl *c)
 	pid_t pid = fork();
 	if (pid < 0) {
 		warnx("run --check: fork: %s", strerror(errno));
-		unlink(path);
+		report_remove(dir, dirfd, fd);
 		return EXIT_RUNTIME;
 	}
 	if (pid == 0) {
@@ -268,8 +313,8 @@ static int run_checked(struct hpctl *c)
 	forward_signals();
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	int status, waited = wait_status(pid, &status);
-	read_report(path, &r);
-	unlink(path);
+	read_report(fd, &r);
+	report_remove(dir, dirfd, fd);
 	if (waited < 0)
 		return EXIT_RUNTIME;
 	if (WIFSIGNALED(status)) {

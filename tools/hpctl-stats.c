@@ -14,12 +14,15 @@
 #endif
 
 #include "hpctl.h"
+#include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -276,6 +279,34 @@ static void print_all_json(const struct hp_proc_list *l)
 	json_finish(&j);
 }
 
+/* Nobody to show: say why, so that an empty answer is not taken for
+ * "nothing uses hpalloc here" when the processes publish elsewhere. */
+static void say_none(void)
+{
+	const char *dir = ctl_dir_path();
+	char buf[PATH_MAX], who[32];
+	int kind = CONTROL_DIR_GIVEN;
+	struct stat st;
+
+	control_dir_choose(buf, sizeof(buf), &kind);
+	if (geteuid() == 0)
+		snprintf(who, sizeof(who), "root");
+	else
+		snprintf(who, sizeof(who), "uid %u", (unsigned)geteuid());
+	printf("no live process publishes hpalloc stats in %s/proc: ", dir);
+	if (stat(dir, &st) != 0 && errno == ENOENT && kind == CONTROL_DIR_GIVEN)
+		printf("%s does not exist (processes do not make a directory "
+		       "HPALLOC_CONTROL_DIR names; hpctl set does)\n", dir);
+	else if (stat(dir, &st) != 0 && errno == ENOENT)
+		printf("%s does not exist yet (the first process using hpalloc "
+		       "as %s makes it)\n", dir, who);
+	else
+		printf("no process using hpalloc runs as %s with this control "
+		       "directory (each user's processes publish in that user's "
+		       "own: see hpalloc(7); setuid and setgid programs publish "
+		       "nowhere)\n", who);
+}
+
 int cmd_stats(struct hpctl *c)
 {
 	struct hp_proc_list l = { 0 };
@@ -284,8 +315,7 @@ int cmd_stats(struct hpctl *c)
 	if (c->json)
 		print_all_json(&l);
 	else if (l.count == 0 && c->argc == 0)
-		printf("no live process publishes hpalloc stats in %s/proc\n",
-		       ctl_dir_path());
+		say_none();
 	else if (c->long_form)
 		for (size_t i = 0; i < l.count; i++)
 			print_long(&l.procs[i]);
