@@ -130,6 +130,9 @@ static void format_nodes(const unsigned long *mask, int nbits, char *buf, size_t
 
 /* ---- the knob's grammar ------------------------------------------------------------ */
 
+/* A reason quotes a piece of the refused word, which is anyone's input (an
+ * environment, a control file): bytes that are not printable ASCII become
+ * '?', so messages, stats files and terminals get printable text only. */
 static int refuse(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int refuse(char *why, size_t len, const char *fmt, ...)
 {
@@ -138,6 +141,9 @@ static int refuse(char *why, size_t len, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(why, len, fmt, ap);
 		va_end(ap);
+		for (char *c = why; *c; c++)
+			if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) /* any locale */
+				*c = '?';
 	}
 	errno = EINVAL;
 	return -1;

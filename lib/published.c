@@ -144,7 +144,58 @@ static int source_index(const char *name)
 	return -1;
 }
 
-#define COPY(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
+/* Length of the valid UTF-8 sequence at s, 0 if there is none (overlong
+ * forms, surrogates, above U+10FFFF, cut short). */
+static size_t utf8_seq(const unsigned char *s)
+{
+	unsigned lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi) /* the NUL at the end stops this too */
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/* The entry is another process's (another user's, where the directory
+ * allows), and its text goes to terminals (hpctl), JSON and Python str:
+ * every byte that is not part of printable UTF-8 -- control characters
+ * (C0, DEL, C1), bytes of no valid sequence, one cut by truncation --
+ * becomes '?', as publish.c does for comm when it writes. */
+static void printable(char *text)
+{
+	unsigned char *s = (unsigned char *)text;
+
+	while (*s) {
+		size_t n = utf8_seq(s);
+		if (n == 0 || (n == 1 && (*s < 0x20 || *s == 0x7f)) || (n == 2 && s[0] == 0xc2 && s[1] < 0xa0))
+			*s++ = '?';
+		else
+			s += n;
+	}
+}
+
+#define COPY(dst, src) (snprintf((dst), sizeof(dst), "%s", (src)), printable(dst))
 
 static void parse_stat(char *name, char **s, struct hp_proc *p)
 {
@@ -189,10 +240,11 @@ static void parse_line(char *line, struct published_entry *e)
 		e->p.pid = (long)v;
 	else if (!strcmp(kind, "start_time") && parse_u64(a, &v))
 		e->p.start_time = v;
-	else if (!strcmp(kind, "comm"))
+	else if (!strcmp(kind, "comm")) {
 		snprintf(e->p.comm, sizeof(e->p.comm), "%s%s%s", a, s ? " " : "",
 			 s ? s : "");
-	else if (!strcmp(kind, "pidns") && parse_u64(a, &v) &&
+		printable(e->p.comm);
+	} else if (!strcmp(kind, "pidns") && parse_u64(a, &v) &&
 		 parse_u64(next_field(&s), &w)) {
 		e->ns.dev = v;
 		e->ns.ino = w;
