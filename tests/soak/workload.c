@@ -28,6 +28,7 @@
  *   resume   the workers go on; reply "resumed"
  *   finish   (parked) every block checked and freed, then flush + drain;
  *            the (empty) list; reply "finished"
+ *   forks on|off   fork at random moments, or not; reply "forks on|off"
  *   exit     reply "summary k=v ..." and exit 0
  * End of stdin (the driver is gone) ends the process at once.
  *
@@ -116,7 +117,7 @@ static size_t g_budget = 256 * MiB;
 static bool g_have_1g;
 static const char *g_list = "soak-blocks.txt";
 static const char *g_inject = ""; /* corrupt | foreign: prove the checks fail */
-static bool g_no_fork;
+static _Atomic bool g_no_fork;   /* the driver turns forks off and on ("forks off") */
 static bool g_probe;
 static unsigned g_kinds = ~0u;    /* kinds allowed (bits of enum kind): narrowing a failure down */
 
@@ -1012,7 +1013,7 @@ static void maybe_park(void)
 static bool fork_due(struct worker *w)
 {
 	uint64_t now = now_us(), due = atomic_load(&next_fork_us);
-	return !g_no_fork && now >= due &&
+	return !atomic_load_explicit(&g_no_fork, memory_order_relaxed) && now >= due &&
 	       atomic_compare_exchange_strong(&next_fork_us, &due, now + rnd_range(&w->rng, 100000, 1500000));
 }
 
@@ -1200,6 +1201,9 @@ static void command_loop(void)
 			finish_all();
 			write_list();
 			reply("finished");
+		} else if (!strcmp(line, "forks on") || !strcmp(line, "forks off")) {
+			atomic_store(&g_no_fork, line[7] == 'f');
+			reply("forks %s", line + 6);
 		} else if (!strcmp(line, "exit") && parked) {
 			summary();
 			fflush(NULL);
@@ -1281,7 +1285,10 @@ int main(int argc, char **argv)
 			i--;
 		}
 		if (!strcmp(a, "--have-1g") || !strcmp(a, "--no-fork") || !strcmp(a, "--probe-resv")) {
-			*(a[2] == 'h' ? &g_have_1g : a[4] == 'f' ? &g_no_fork : &g_probe) = true;
+			if (!strcmp(a, "--no-fork"))
+				atomic_store(&g_no_fork, true);
+			else
+				*(!strcmp(a, "--have-1g") ? &g_have_1g : &g_probe) = true;
 			continue;
 		}
 		if (!v)
