@@ -131,6 +131,7 @@ class Machine:
         self.cgroup_version = None
         self.control = None     # private control directory
         self.scratch = None
+        self.watchdog = None
 
     # hugetlb pools: `extra` more pages than now; returns how many were had
     def reserve(self, size_kb, extra):
@@ -146,7 +147,7 @@ class Machine:
         return max(0, (read_int(path) or before) - before)
 
     def make_cgroup(self, limit):
-        name = "hpalloc-soak-%d" % os.getpid()
+        name = CGROUP_PREFIX + str(os.getpid())
         v2 = "/sys/fs/cgroup/cgroup.controllers"
         if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
             self.cgroup_version = 1
@@ -160,7 +161,9 @@ class Machine:
             self.cgroup = "/sys/fs/cgroup/" + name
         else:
             raise Abort("no cgroup memory controller (v1 /sys/fs/cgroup/memory or v2 /sys/fs/cgroup)")
+        remove_stale_cgroups(os.path.dirname(self.cgroup))
         os.mkdir(self.cgroup)
+        self.watchdog = start_watchdog(self.cgroup, self.scratch)
         if self.cgroup_version == 1:
             write_str(self.cgroup + "/memory.limit_in_bytes", limit)
         else:
@@ -236,6 +239,52 @@ class Machine:
             if d:
                 shutil.rmtree(d, ignore_errors=True)
         return ok
+
+
+# A driver killed outright (tests/run-test kills its process group 0.2 s after
+# SIGTERM) cannot remove its cgroup: a watchdog in a session of its own does it
+# when the driver's end of a pipe closes, and the next run removes what is left
+# by a watchdog killed too (the pid in the name is gone and nothing is in it).
+CGROUP_PREFIX = "hpalloc-soak-"
+WATCHDOG = r"""
+import os, shutil, signal, sys, time
+cg, scratch = sys.argv[1], sys.argv[2]
+sys.stdin.buffer.read()  # until the driver is gone
+deadline = time.time() + 30
+while os.path.isdir(cg) and time.time() < deadline:
+    try:
+        for pid in open(cg + "/cgroup.procs").read().split():
+            os.kill(int(pid), signal.SIGKILL)
+        os.rmdir(cg)
+    except OSError:
+        time.sleep(0.1)
+shutil.rmtree(scratch, ignore_errors=True)
+"""
+
+
+def start_watchdog(cgroup, scratch):
+    """The watchdog; keep what this returns for as long as the driver runs (its stdin is the
+    pipe whose closing wakes the watchdog: no child of ours inherits it, close_fds)."""
+    return subprocess.Popen([sys.executable, "-c", WATCHDOG, cgroup, scratch], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def remove_stale_cgroups(parent):
+    for name in os.listdir(parent):
+        if not name.startswith(CGROUP_PREFIX):
+            continue
+        try:
+            os.kill(int(name[len(CGROUP_PREFIX):]), 0)
+            continue  # its driver lives
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+            say("removed %s/%s, left by a soak killed outright" % (parent, name))
+        except OSError as e:
+            say("a stale %s/%s could not be removed: %s" % (parent, name, e))
 
 
 # ---- /proc/PID/smaps --------------------------------------------------------------------
@@ -607,6 +656,14 @@ class Soak:
             w.command(cmd, want, timeout)
 
     def parked_cycle(self, phase="run"):
+        try:
+            self.parked_cycle_checks(phase)
+        except OSError as e:  # smaps or the block list gone: a workload died
+            dead = [w for w in self.workloads if not w.alive()]
+            raise Abort("%s (%s)\n%s" % (e, ", ".join("%s %s" % (w.name, w.status()) for w in dead),
+                                          "\n".join(w.stderr_tail() for w in dead)))
+
+    def parked_cycle_checks(self, phase):
         self.all("park", "parked")
         if phase in ("drain", "finish"):
             self.all(phase, {"drain": "drained", "finish": "finished"}[phase], 300)
@@ -767,9 +824,11 @@ def main():
     status = 1
 
     def terminate(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # one is enough: now the machine goes back
         raise KeyboardInterrupt("signal %d" % signum)
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGHUP, terminate)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminate)
     soak = None
     try:
         m.scratch = tempfile.mkdtemp(prefix="hpalloc-soak.")
