@@ -496,6 +496,11 @@ class Soak:
                 new[k] = self.canon[(k, self.rng.choice(KNOB_CHOICES[k]))]
         if initial:
             new["cache_max"] = "64M"
+            # a process starts its janitor, and so publishes itself, with its first huge
+            # block (issue 24, item 5): the first knobs must let each workload map one
+            # (mode=off, or hugetlb with fallback=fail on a short pool, would not), since
+            # the run starts once every workload shows in hpctl stats
+            new["mode"] = self.canon[("mode", self.rng.choice(["auto", "thp"]))]
         self.ctl("set", *("%s=%s" % kv for kv in sorted(new.items())))
         if "cache_max" in new and any(c > parse_size(new["cache_max"]) for c in self.last_cached.values()):
             self.lowered += 1  # the next fence's snapshot must show the cache trimmed
