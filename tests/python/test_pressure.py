@@ -8,7 +8,10 @@ hpalloc under `hpctl run`, `hpctl run --preload` and
 keeps the freed GiB in the cache throughout, and a child forked after the
 free must run it in the same cgroup while its parent's cache holds the GiB.
 The cached pages are the kernel's to take back (MADV_FREE): before that they
-stayed resident and the kernel OOM-killed the process (exit 137).
+stayed resident and the kernel OOM-killed the process (exit 137).  And what
+the kernel takes is only that: a reused block that was written keeps its
+contents under pressure, the stats stay true, hp_calloc of a reclaimed
+block gives zeros (test_cache_reclaimed).
 
 Each program checks that hpalloc is the one holding the freed GiB (cached
 with the long decay in force), so a run that never activated it fails.
@@ -210,12 +213,119 @@ def survives(cg, argv, env):
     kills = cg.oom_kills()
     proc = cg.run(argv, env)
     kills = cg.oom_kills() - kills
-    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n"
-              "  stdout: %s\n  stderr: %s" % (" ".join("PROGRAM" if "\n" in a else a for a in argv), proc.returncode, kills, cg.peak() // MiB,
-                                                proc.stdout.strip(), proc.stderr.strip()[-2000:]))
+    command = " ".join("PROGRAM" if "\n" in a else a for a in argv)
+    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n  stdout: %s\n  stderr: %s"
+              % (command, proc.returncode, kills, cg.peak() // MiB, proc.stdout.strip(),
+                 proc.stderr.strip()[-2000:]))
     print(report)
     survived = proc.returncode == 0 and kills == 0 and proc.stdout.strip().endswith("survived")
     assert survived, report
+
+
+# ---- what the kernel takes back, and what it must not ------------------------------
+RECLAIM = textwrap.dedent("""
+    import ctypes, os, sys
+    from ctypes import c_void_p, c_size_t, c_char_p
+    SIZE, MiB = 64 << 20, 1 << 20
+    lib = ctypes.CDLL("libhpalloc.so.1")
+    lib.hp_malloc.restype = lib.hp_calloc.restype = c_void_p
+    lib.hp_malloc.argtypes, lib.hp_calloc.argtypes = [c_size_t], [c_size_t, c_size_t]
+    lib.hp_free.argtypes, lib.hp_knob_set.argtypes = [c_void_p], [c_char_p, c_char_p]
+    lib.hp_stat_name.restype = c_char_p
+
+    def stats():
+        v = (ctypes.c_uint64 * 64)()
+        lib.hp_stats_get(v)
+        names = (lib.hp_stat_name(i) for i in range(64))
+        return {n.decode(): v[i] for i, n in enumerate(names) if n}
+
+    def rss(addr):
+        # Rss of the mappings overlapping [addr, addr + SIZE)
+        total, inside = 0, False
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo < addr + SIZE and hi > addr
+                elif inside and head == "Rss:":
+                    total += int(line.split()[1]) * 1024
+        return total
+
+    def holds(addr, byte):
+        return ctypes.string_at(addr, SIZE).count(bytes([byte])) == SIZE
+
+    def cgroup(name, value=None):
+        path = os.path.join(os.environ["HP_CGROUP"], name)
+        if value is None:
+            return int(open(path).read())
+        with open(path, "w") as f:
+            f.write(str(value))
+
+    def fail(why):
+        print("FAIL:", why, flush=True)
+        sys.exit(1)
+
+    for k, v in ((b"mode", b"thp"), (b"cache_decay_ms", b"600000"), (b"cache_max", b"1G")):
+        if lib.hp_knob_set(k, v) != 0:
+            fail("hp_knob_set %s" % k)
+    p = lib.hp_malloc(SIZE)
+    ctypes.memset(p, 0xAB, SIZE)
+    lib.hp_free(p)                              # cached, the kernel's to take
+    q = lib.hp_malloc(SIZE)                     # reused...
+    if q != p:
+        fail("the cached block was not reused")
+    ctypes.memset(q, 0xCD, SIZE)                # ...and written: the kernel must keep it
+    r = lib.hp_malloc(SIZE)
+    ctypes.memset(r, 0xEE, SIZE)
+    lib.hp_free(r)                              # cached
+    s = stats()
+    print("cached_bytes %d, cached_reclaimable_bytes %s; Rss of the cached block %d MiB"
+          % (s["cached_bytes"], s.get("cached_reclaimable_bytes", "(no such stat)"), rss(r) // MiB))
+    before = rss(r)
+    # pressure: the cgroup must give back nearly a cached block's worth
+    try:
+        if os.environ["HP_CGROUP_VERSION"] == "1":
+            limit = cgroup("memory.limit_in_bytes")
+            cgroup("memory.limit_in_bytes", cgroup("memory.usage_in_bytes") - SIZE + 4 * MiB)
+            cgroup("memory.limit_in_bytes", limit)
+        else:
+            cgroup("memory.reclaim", SIZE - 4 * MiB)
+    except OSError as e:
+        fail("the kernel could not take %d MiB back from the cgroup: %s" % (SIZE // MiB - 4, e))
+    after = rss(r)
+    print("under pressure the kernel took %d MiB of the cached block's %d MiB" % ((before - after) // MiB,
+                                                                                 before // MiB))
+    if not holds(q, 0xCD):
+        fail("the reused block lost what was written to it")
+    if s["cached_bytes"] != SIZE or s.get("cached_reclaimable_bytes") != SIZE:
+        fail("the stats did not say the cached block was reclaimable")
+    if before - after < SIZE // 2:
+        fail("the cached block was not what the kernel took back")
+    s = stats()
+    if s["cached_bytes"] != SIZE or s["cached_reclaimable_bytes"] != SIZE:
+        fail("the stats changed: %s" % s)
+    hits = s["cache_hits"]
+    c = lib.hp_calloc(1, SIZE)                  # the reclaimed block again: zeros
+    if c != r or stats()["cache_hits"] != hits + 1:
+        fail("hp_calloc did not reuse the cached block")
+    if not holds(c, 0):
+        fail("hp_calloc's reused block is not zero")
+    ctypes.memset(c, 0x11, SIZE)
+    if not holds(c, 0x11) or not holds(q, 0xCD):
+        fail("contents lost")
+    lib.hp_free(c)
+    lib.hp_free(q)
+    print("survived", flush=True)
+""")
+
+
+def test_cache_reclaimed(memcg):
+    """The kernel takes a cached block back under pressure and keeps a reused
+    one that was written; the stats stay true; hp_calloc reusing the reclaimed
+    block gives zeros.  Before MADV_FREE the kernel could take nothing."""
+    survives(memcg, [sys.executable, "-c", RECLAIM],
+             python_env(HP_CGROUP=memcg.path, HP_CGROUP_VERSION=str(memcg.version)))
 
 
 def build_tree():
