@@ -200,6 +200,8 @@ enum hp_stat {
 	HP_STAT_CACHE_DECAY_MS,     /* gauge: the decay in force, cache_decay_ms or more (learnt) */
 	HP_STAT_CACHE_CUTS,         /* cached blocks cut to serve a smaller request */
 	HP_STAT_CACHE_JOINS,        /* cached pieces joined to serve a larger one */
+	HP_STAT_CACHED_RECLAIMABLE_BYTES, /* gauge: of cached_bytes, what the kernel may take
+					     back under memory pressure (MADV_FREE) */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

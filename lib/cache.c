@@ -37,6 +37,8 @@ static void unlink_block(struct hp_block *b)
 	b->prev = b->next = b->lru_prev = b->lru_next = NULL;
 	cached_bytes -= b->map.len;
 	stat_sub(HP_STAT_CACHED_BYTES, b->map.len);
+	stat_sub(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
+	b->reclaimable = 0; /* its next owner writes: the kernel keeps those pages */
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
@@ -189,6 +191,7 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	cached_bytes += b->map.len;
 	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_add(HP_STAT_CACHED_BLOCKS, 1);
+	stat_add(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 	return out;
 }
 

@@ -258,8 +258,26 @@ static size_t cut_len(size_t size)
 	return hp_align_up(size + HP_THP_GUARD, HP_THP_SIZE) - HP_THP_GUARD;
 }
 
+/* ---- cached memory the kernel may take back ------------------------------------------
+ * A cache that keeps freed memory resident makes a process under a memory
+ * limit (a container's cgroup, no swap) be killed where libc's allocator,
+ * which gave it back, would live (issue 25).  So every THP block is
+ * offered to the kernel as it enters the cache (os_lazyfree: MADV_FREE):
+ * under pressure the kernel drops its pages like clean page cache, and
+ * otherwise a reuse finds them as they were -- jemalloc's "muzzy" pages.
+ * Done in the thread that caches the block, while it is that thread's
+ * alone and before anybody can take it from the cache: a lazy free issued
+ * later (the janitor's) could race a new owner's writes and discard them.
+ * hugetlb blocks are not offered: pool pages are not the memory cgroup's
+ * (hpalloc(7) says what a cached one costs a cgroup). */
+static void offer_to_kernel(struct hp_block *b)
+{
+	b->reclaimable = os_lazyfree(&b->map);
+}
+
 static void cache_put_unlocked(struct hp_block *b)
 {
+	offer_to_kernel(b);
 	pthread_mutex_lock(&hp_heap_lock);
 	release_adopt(cache_put(b, hp_now_ms()));
 	pthread_mutex_unlock(&hp_heap_lock);
@@ -498,6 +516,14 @@ static bool inherited(const struct hp_block *b)
 	return b->fork_gen != heap_fork_gen;
 }
 
+/* Freed now, b would be cached (a guess without the lock: cache_max may
+ * change meanwhile, and b->reclaimable stays true either way). */
+static bool will_cache(const struct hp_block *b)
+{
+	return b->map.backend == HP_BACKEND_THP && !inherited(b) &&
+	       b->map.len <= atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+}
+
 /* hp_heap_lock held, b just taken out of the registry: into the cache or
  * to release.c, in the same critical section, so a fork never finds it
  * owned by nobody.  Without a janitor the cache decays here, on free.  The
@@ -580,8 +606,11 @@ void hp_free(void *ptr)
 	}
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
+	struct hp_block *b = reg_find(ptr, false);
+	if (b && will_cache(b))
+		offer_to_kernel(b); /* still live: the caller's alone */
 	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = reg_find(ptr, true);
+	b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;
 	if (b)
 		retire_locked(b);

@@ -203,6 +203,17 @@ HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *no
  * kernel cannot (before 5.14), -1 + errno if a page could not be had. */
 HP_HIDDEN int os_populate(const struct hp_map *m);
 
+/* A THP block going into the cache: its pages become the kernel's to take
+ * under memory pressure (MADV_FREE; Linux 4.5), reclaimed like clean file
+ * pages also without swap (memcg reclaim included), and until then reused
+ * as they are -- the first write to a page keeps it.  A page the kernel
+ * took comes back zeroed at the next touch.  Synchronous, on a block that
+ * nobody else can reach (a lazy free racing a new owner's writes would
+ * discard them).  The bytes it now covers (all but a huge page its guard
+ * cuts, os.c says why), 0 for hugetlb (not anonymous memory, and not
+ * charged to a memory cgroup) or where the kernel refused. */
+HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
+
 /* ---- thp.c: the kernel's THP settings ------------------------------------------ */
 /* The word a file of /sys/kernel/mm/transparent_hugepage selects
  * ("enabled": "always [madvise] never" -> "madvise"); "unavailable" and -1
@@ -231,6 +242,7 @@ struct hp_block {
 	int release_state;        /* release.c's, while it releases it */
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
+	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
@@ -260,7 +272,9 @@ static inline uint64_t cache_kind(int backend, hp_numa_t numa)
 }
 /* A block of that kind with min_ps <= page size <= max_ps that fits size. */
 HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size);
-/* Takes ownership; returns blocks pushed out (to release after unlocking). */
+/* Takes ownership; returns blocks pushed out (to release after unlocking).
+ * b->reclaimable says what os_lazyfree() gave of it (the caller's, before
+ * locking: heap.c's offer_to_kernel()). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 /* A block had to be mapped afresh: the decay in force learns from it. */

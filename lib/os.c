@@ -348,6 +348,25 @@ int os_populate(const struct hp_map *m)
 	return -1;
 }
 
+/* Never part of a huge page: advice on part of one makes the kernel split
+ * it, and the block would come back on 4 KiB pages.  A piece cut from a
+ * larger block ends where its guard takes the last page of a huge page, so
+ * that extent is left out; a block whose mapping ends short of a 2 MiB
+ * boundary has no huge page in its last extent, and all of it is given. */
+size_t os_lazyfree(const struct hp_map *m)
+{
+	size_t len = m->len;
+
+	if ((len + GUARD) % HP_THP_SIZE == 0)
+		len &= ~(HP_THP_SIZE - 1);
+	if (m->backend != HP_BACKEND_THP || !len)
+		return 0;
+	if (madvise(m->addr, len, MADV_FREE) == 0)
+		return len;
+	hp_log(2, "MADV_FREE of %p (%zu bytes) failed: %s", m->addr, len, strerror(errno));
+	return 0;
+}
+
 int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 {
 	char *p = m->addr;

@@ -47,6 +47,7 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_CACHE_DECAY_MS] = "cache_decay_ms_in_force",
 	[HP_STAT_CACHE_CUTS] = "cache_cuts",
 	[HP_STAT_CACHE_JOINS] = "cache_joins",
+	[HP_STAT_CACHED_RECLAIMABLE_BYTES] = "cached_reclaimable_bytes",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -1,0 +1,369 @@
+"""Memory hpalloc keeps for reuse is never why a process is killed (issue 25).
+
+In a fresh memory cgroup limited to 1.6 GiB, without swap, a program frees a
+1 GiB array and then allocates 1 GiB more in 256 KiB arrays (below
+threshold: libc's).  NumPy's default allocator runs it to the end; so must
+hpalloc under `hpctl run`, `hpctl run --preload` and
+`hpalloc.numpy.install()`, with a long decay (cache_decay_ms=10000) that
+keeps the freed GiB in the cache throughout, and a child forked after the
+free must run it in the same cgroup while its parent's cache holds the GiB.
+The cached pages are the kernel's to take back (MADV_FREE): before that they
+stayed resident and the kernel OOM-killed the process (exit 137).  And what
+the kernel takes is only that: a reused block that was written keeps its
+contents under pressure, the stats stay true, hp_calloc of a reclaimed
+block gives zeros (test_cache_reclaimed).
+
+Each program checks that hpalloc is the one holding the freed GiB (cached
+with the long decay in force), so a run that never activated it fails.
+Root; a cgroup version without a memory controller skips, saying so.  The
+cgroup is removed also on failure (and one a killed run left behind, by the
+next run)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import python_env
+from hp_pytest_automake import skip
+
+MiB = 1 << 20
+LIMIT = 1638 * MiB           # 1.6 GiB: the program needs about 1 GiB at a time
+DECAY_MS = "10000"
+BUILDDIR = os.environ.get("abs_top_builddir")
+HPCTL = os.path.join(BUILDDIR, "tools", "hpctl") if BUILDDIR else None
+PRELOAD = os.path.join(BUILDDIR, "lib", ".libs", "libhpalloc-preload.so") if BUILDDIR else None
+PREFIX = "hpalloc-pressure-"
+
+# ---- the program -----------------------------------------------------------------
+PROGRAM = textwrap.dedent("""
+    import ctypes, os, sys
+    import numpy as np
+
+    def hp_stats():
+        # the library the activation loaded (same SONAME: dlopen finds it)
+        lib = ctypes.CDLL("libhpalloc.so.1")
+        lib.hp_stat_name.restype = ctypes.c_char_p
+        v = (ctypes.c_uint64 * 64)()
+        if lib.hp_stats_get(v) != 0:
+            sys.exit("hp_stats_get failed")
+        names = (lib.hp_stat_name(i) for i in range(64))
+        return {n.decode(): v[i] for i, n in enumerate(names) if n}
+
+    ACTIVATE
+    a = np.ones(1 << 27); del a                          # 1 GiB, freed
+    if os.environ.get("HP_PRESSURE_PEER") != "1":
+        s = hp_stats()
+        print("after the free: cached_bytes %d, cached_reclaimable_bytes %s, decay in force %d ms"
+              % (s["cached_bytes"], s.get("cached_reclaimable_bytes", "(no such stat)"),
+                 s["cache_decay_ms_in_force"]), flush=True)
+        if s["cached_bytes"] < 1 << 30 or s["cache_decay_ms_in_force"] < DECAY_MS:
+            sys.exit("hpalloc does not hold the freed GiB with the long decay: not activated?")
+    if FORK:
+        pid = os.fork()
+        if pid == 0:
+            small = [np.ones(1 << 15) for _ in range(4096)]
+            os._exit(0)
+        status = os.waitpid(pid, 0)[1]
+        print("forked child: exit status %d, signal %d" % (os.WEXITSTATUS(status) if os.WIFEXITED(status)
+              else -1, os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0), flush=True)
+        if status:
+            sys.exit(4)
+    small = [np.ones(1 << 15) for _ in range(4096)]      # 1 GiB more, 256 KiB arrays
+    print("survived", flush=True)
+""")
+
+
+def program(activate="", fork=False):
+    return (PROGRAM.replace("ACTIVATE", activate).replace("FORK", repr(fork))
+            .replace("DECAY_MS", DECAY_MS))
+
+
+# ---- a memory cgroup ---------------------------------------------------------------
+def cgroup2_root():
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            if fstype == "cgroup2":
+                return mnt.replace("\\040", " ")
+    return None
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def remove_stale(parent):
+    """Cgroups of earlier runs killed outright (their pid is gone)."""
+    for name in os.listdir(parent):
+        m = re.fullmatch(re.escape(PREFIX) + r"(\d+)-\d+", name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        try:
+            os.rmdir(os.path.join(parent, name))
+        except OSError:
+            pass
+
+
+class MemCgroup:
+    seq = 0
+
+    def __init__(self, version):
+        if os.geteuid() != 0:
+            skip("root", "making a memory cgroup needs root (CI runs as root)")
+        self.version = version
+        if version == 1:
+            parent = "/sys/fs/cgroup/memory"
+            if not os.path.exists(parent + "/memory.limit_in_bytes"):
+                skip("memcg", "cgroup v1: no memory hierarchy at %s" % parent)
+        else:
+            parent = cgroup2_root()
+            if parent is None:
+                skip("memcg", "cgroup v2: no cgroup2 file system is mounted")
+            controllers = read(parent + "/cgroup.controllers").split()
+            if "memory" not in controllers:
+                bound = " (the memory controller is bound to cgroup v1 here)" \
+                    if os.path.isdir("/sys/fs/cgroup/memory") else ""
+                skip("memcg", "cgroup v2 at %s has no memory controller (its controllers: %s)%s"
+                     % (parent, " ".join(controllers) or "none", bound))
+            if "memory" not in read(parent + "/cgroup.subtree_control").split():
+                skip("memcg", "cgroup v2: the memory controller is not enabled in %s/cgroup.subtree_control "
+                     "(not changed by this test)" % parent)
+        remove_stale(parent)
+        MemCgroup.seq += 1
+        self.path = os.path.join(parent, "%s%d-%d" % (PREFIX, os.getpid(), MemCgroup.seq))
+        os.mkdir(self.path)
+        try:
+            if version == 1:
+                self.write("memory.limit_in_bytes", LIMIT)
+            else:
+                self.write("memory.max", LIMIT)
+                if os.path.exists(self.path + "/memory.swap.max"):
+                    self.write("memory.swap.max", 0)
+        except OSError:
+            self.remove()
+            raise
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def oom_kills(self):
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        for line in read(os.path.join(self.path, name)).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def peak(self):
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        try:
+            return int(read(os.path.join(self.path, name)))
+        except (OSError, ValueError):
+            return -1
+
+    def run(self, argv, env):
+        procs = os.path.join(self.path, "cgroup.procs")
+
+        def join():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        return subprocess.run(argv, env=env, preexec_fn=join, capture_output=True, text=True,
+                              timeout=300)
+
+    def remove(self):
+        deadline = time.time() + 20
+        while os.path.isdir(self.path):
+            try:
+                for pid in read(os.path.join(self.path, "cgroup.procs")).split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                os.rmdir(self.path)
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def memcg(request):
+    cg = MemCgroup(request.param)
+    try:
+        yield cg
+    finally:
+        cg.remove()
+
+
+def survives(cg, argv, env):
+    """Run argv in cg: exit 0, "survived", no OOM kill in the cgroup."""
+    kills = cg.oom_kills()
+    proc = cg.run(argv, env)
+    kills = cg.oom_kills() - kills
+    command = " ".join("PROGRAM" if "\n" in a else a for a in argv)
+    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n  stdout: %s\n  stderr: %s"
+              % (command, proc.returncode, kills, cg.peak() // MiB, proc.stdout.strip(),
+                 proc.stderr.strip()[-2000:]))
+    print(report)
+    survived = proc.returncode == 0 and kills == 0 and proc.stdout.strip().endswith("survived")
+    assert survived, report
+
+
+# ---- what the kernel takes back, and what it must not ------------------------------
+RECLAIM = textwrap.dedent("""
+    import ctypes, os, sys
+    from ctypes import c_void_p, c_size_t, c_char_p
+    SIZE, MiB = 64 << 20, 1 << 20
+    lib = ctypes.CDLL("libhpalloc.so.1")
+    lib.hp_malloc.restype = lib.hp_calloc.restype = c_void_p
+    lib.hp_malloc.argtypes, lib.hp_calloc.argtypes = [c_size_t], [c_size_t, c_size_t]
+    lib.hp_free.argtypes, lib.hp_knob_set.argtypes = [c_void_p], [c_char_p, c_char_p]
+    lib.hp_stat_name.restype = c_char_p
+
+    def stats():
+        v = (ctypes.c_uint64 * 64)()
+        lib.hp_stats_get(v)
+        names = (lib.hp_stat_name(i) for i in range(64))
+        return {n.decode(): v[i] for i, n in enumerate(names) if n}
+
+    def rss(addr):
+        # Rss of the mappings overlapping [addr, addr + SIZE)
+        total, inside = 0, False
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo < addr + SIZE and hi > addr
+                elif inside and head == "Rss:":
+                    total += int(line.split()[1]) * 1024
+        return total
+
+    def holds(addr, byte):
+        return ctypes.string_at(addr, SIZE).count(bytes([byte])) == SIZE
+
+    def cgroup(name, value=None):
+        path = os.path.join(os.environ["HP_CGROUP"], name)
+        if value is None:
+            return int(open(path).read())
+        with open(path, "w") as f:
+            f.write(str(value))
+
+    def fail(why):
+        print("FAIL:", why, flush=True)
+        sys.exit(1)
+
+    for k, v in ((b"mode", b"thp"), (b"cache_decay_ms", b"600000"), (b"cache_max", b"1G")):
+        if lib.hp_knob_set(k, v) != 0:
+            fail("hp_knob_set %s" % k)
+    p = lib.hp_malloc(SIZE)
+    ctypes.memset(p, 0xAB, SIZE)
+    lib.hp_free(p)                              # cached, the kernel's to take
+    q = lib.hp_malloc(SIZE)                     # reused...
+    if q != p:
+        fail("the cached block was not reused")
+    ctypes.memset(q, 0xCD, SIZE)                # ...and written: the kernel must keep it
+    r = lib.hp_malloc(SIZE)
+    ctypes.memset(r, 0xEE, SIZE)
+    lib.hp_free(r)                              # cached
+    s = stats()
+    print("cached_bytes %d, cached_reclaimable_bytes %s; Rss of the cached block %d MiB"
+          % (s["cached_bytes"], s.get("cached_reclaimable_bytes", "(no such stat)"), rss(r) // MiB))
+    before = rss(r)
+    # pressure: the cgroup must give back nearly a cached block's worth
+    try:
+        if os.environ["HP_CGROUP_VERSION"] == "1":
+            limit = cgroup("memory.limit_in_bytes")
+            cgroup("memory.limit_in_bytes", cgroup("memory.usage_in_bytes") - SIZE + 4 * MiB)
+            cgroup("memory.limit_in_bytes", limit)
+        else:
+            cgroup("memory.reclaim", SIZE - 4 * MiB)
+    except OSError as e:
+        fail("the kernel could not take %d MiB back from the cgroup: %s" % (SIZE // MiB - 4, e))
+    after = rss(r)
+    print("under pressure the kernel took %d MiB of the cached block's %d MiB" % ((before - after) // MiB,
+                                                                                 before // MiB))
+    if not holds(q, 0xCD):
+        fail("the reused block lost what was written to it")
+    if s["cached_bytes"] != SIZE or s.get("cached_reclaimable_bytes") != SIZE:
+        fail("the stats did not say the cached block was reclaimable")
+    if before - after < SIZE // 2:
+        fail("the cached block was not what the kernel took back")
+    s = stats()
+    if s["cached_bytes"] != SIZE or s["cached_reclaimable_bytes"] != SIZE:
+        fail("the stats changed: %s" % s)
+    hits = s["cache_hits"]
+    c = lib.hp_calloc(1, SIZE)                  # the reclaimed block again: zeros
+    if c != r or stats()["cache_hits"] != hits + 1:
+        fail("hp_calloc did not reuse the cached block")
+    if not holds(c, 0):
+        fail("hp_calloc's reused block is not zero")
+    ctypes.memset(c, 0x11, SIZE)
+    if not holds(c, 0x11) or not holds(q, 0xCD):
+        fail("contents lost")
+    lib.hp_free(c)
+    lib.hp_free(q)
+    print("survived", flush=True)
+""")
+
+
+def test_cache_reclaimed(memcg):
+    """The kernel takes a cached block back under pressure and keeps a reused
+    one that was written; the stats stay true; hp_calloc reusing the reclaimed
+    block gives zeros.  Before MADV_FREE the kernel could take nothing."""
+    survives(memcg, [sys.executable, "-c", RECLAIM],
+             python_env(HP_CGROUP=memcg.path, HP_CGROUP_VERSION=str(memcg.version)))
+
+
+def build_tree():
+    if not BUILDDIR:
+        pytest.skip("needs the build tree (run through make check)")
+
+
+# ---- the cases -----------------------------------------------------------------------
+def test_peer_numpy_default(memcg):
+    """The control: NumPy's own allocator runs the program in this cgroup (else the
+    limit is wrong for this machine, and the cases below prove nothing)."""
+    survives(memcg, [sys.executable, "-c", program()], python_env(HP_PRESSURE_PEER="1"))
+
+
+def test_hpctl_run(memcg):
+    build_tree()
+    survives(memcg, [HPCTL, "run", "cache_decay_ms=" + DECAY_MS, "--", sys.executable, "-c", program()],
+             python_env())
+
+
+def test_hpctl_run_preload(memcg):
+    build_tree()
+    if os.environ.get("SANITIZER_FLAGS"):
+        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
+                    "(make check-preload-valgrind runs the preload tests under memcheck)")
+    survives(memcg, [HPCTL, "run", "--preload", "cache_decay_ms=" + DECAY_MS, "--", sys.executable, "-c",
+                     program()], python_env(HPALLOC_PRELOAD_PATH=PRELOAD))
+
+
+INSTALL = "import hpalloc.numpy; hpalloc.numpy.install()"
+
+
+def test_install(memcg):
+    survives(memcg, [sys.executable, "-c", program(INSTALL)], python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS))
+
+
+def test_forked_child(memcg):
+    """The child runs the program's second half while its parent's cache
+    holds the GiB, both in the cgroup; then the parent runs it too."""
+    survives(memcg, [sys.executable, "-c", program(INSTALL, fork=True)],
+             python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS))
