@@ -696,12 +696,16 @@ void control_fork(int phase)
 	}
 }
 
+/* Reads files and may log with C.lock held: no cancellation point (see
+ * HP_NOCANCEL_BEGIN). */
 void hp_control_reload(void)
 {
 	HP_ERRNO_SAVE;
+	HP_NOCANCEL_BEGIN;
 	hp_init();
 	pthread_mutex_lock(&C.lock);
 	control_poll_locked(true);
 	pthread_mutex_unlock(&C.lock);
+	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
 }
