@@ -19,8 +19,12 @@
  *              are, which pool pages a policy may use, mbind of our blocks
  *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps)
  *   shared.c   shared blocks: memfd huge pages other processes map
- *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
- *   control.c  control directory: secure reading, live reload
+ *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit,
+ *              the secure-execution test (hp_secure_exec)
+ *   securedir.c  the rules a directory or file must pass before hpalloc
+ *              trusts it, and atomic writes: for control.c, publish.c,
+ *              published.c and hpctl
+ *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
  *   published.c  reading those files back (hp_proc_*), when one is stale
  *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
@@ -341,7 +345,7 @@ HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
  * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
- * control+publish > knobs > heap > release > ring > janitor > stats >
+ * control > publish > knobs > heap > release > ring > janitor > stats >
  * heap's registry lock, under which nothing is called), the
  * parent and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
@@ -362,7 +366,8 @@ HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
 HP_HIDDEN void janitor_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
-HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */
+HP_HIDDEN void control_fork(int phase);
+HP_HIDDEN void publish_fork(int phase);
 
 /* ---- cancellation ------------------------------------------------------------------
  * glibc's malloc & co are no cancellation points, and hpalloc's entry
@@ -399,6 +404,7 @@ static inline void hp_init(void)
 		hp_init_slow();
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
+HP_HIDDEN bool hp_secure_exec(void);      /* getauxval(AT_SECURE) */
 HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
 /* Non-zero while this thread runs hpalloc's own code: its initialisation,
  * the janitor thread (always) and its start, hp_huge_alloc/hp_huge_realloc.  The malloc
@@ -414,41 +420,44 @@ HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
 HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
 HP_HIDDEN void publish_exit(void);
 
-/* Helpers of control.c / publish.c that hpctl shares (it links the static
- * library, so hidden symbols resolve): one place for the directory rules. */
+/* Where the control directory is (control.c); publish.c and hpctl ask too
+ * (hpctl links the static library, so hidden symbols resolve). */
 #include <sys/types.h>
 #define HP_CONTROL_DIR_ROOT "/run/hpalloc"
-#define HP_CONTROL_FILE_MAX 4096
-HP_HIDDEN bool control_secure_exec(void);   /* getauxval(AT_SECURE) */
 /* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
  * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
 HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
 /* The same, saying which of the three it chose in *kind. */
 enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
 HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
-/* Open the control directory at path as control_open_dir() does, making it
+HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
+HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
+
+/* ---- securedir.c: what hpalloc trusts in a directory others can reach ---------
+ * For control.c, publish.c, published.c and hpctl: one place for the rules. */
+#define HP_CONTROL_FILE_MAX 4096
+/* Open the control directory at path as securedir_open() does, making it
  * first (mode 0755 whatever the umask) if it is missing.  A default one
  * (kind ROOT or USER) only below a parent no other user can write to:
  * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
  * and mode 0700.  fd, or -1 + errno with the reason in why. */
-HP_HIDDEN int control_dir_make(const char *path, int kind, char *why, size_t wl);
-HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
-HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
+HP_HIDDEN int securedir_make(const char *path, int kind, char *why, size_t wl);
 /* Open a directory without following a symlink and check it: owned by euid
  * or root, not group/other-writable.  -1 + errno, reason in why. */
-HP_HIDDEN int control_open_dir(int at, const char *name, char *why, size_t wl);
-HP_HIDDEN int control_check_dir_fd(int fd, char *why, size_t wl);
+HP_HIDDEN int securedir_open(int at, const char *name, char *why, size_t wl);
+HP_HIDDEN int securedir_check_fd(int fd, char *why, size_t wl);
 /* Same for every component of a relative path "a/b/c". */
-HP_HIDDEN int control_open_path(int at, const char *rel, char *why, size_t wl);
+HP_HIDDEN int securedir_open_path(int at, const char *rel, char *why, size_t wl);
 /* Read a control file with every check (regular, owner, mode, size). */
-HP_HIDDEN int control_read_file(int dirfd, const char *name, char *buf,
-				size_t cap, char *why, size_t wl);
+HP_HIDDEN int securedir_read_file(int dirfd, const char *name, char *buf,
+				  size_t cap, char *why, size_t wl);
 /* Temporary file in the same directory + (fsync) + rename. */
-HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
-				   const char *data, size_t len, mode_t mode,
-				   bool durable);
+HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
+				     const char *data, size_t len, mode_t mode,
+				     bool durable);
+
+/* ---- publish.c ------------------------------------------------------------------ */
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
-HP_HIDDEN void publish_fork(int phase);
 HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
 /* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
 HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);

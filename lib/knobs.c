@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <unistd.h>
 
 struct hp_config hp_cfg;
@@ -446,7 +445,7 @@ void knobs_init(bool with_env)
 		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
 		publish_value(k, v);
 	}
-	if (!with_env || getauxval(AT_SECURE))
+	if (!with_env || hp_secure_exec())
 		return;
 	/* verbose first, so that it already applies to the other knobs' rejects */
 	for (int i = 0; i < KNOB_COUNT; i++) {

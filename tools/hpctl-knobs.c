@@ -133,7 +133,7 @@ static int write_knob_file(int dirfd, const struct assignment *a)
 		warnx("cannot render %s=%s", a->name, a->canon);
 		return -1;
 	}
-	if (control_write_atomic(dirfd, a->name, body, strlen(body), 0644,
+	if (securedir_write_atomic(dirfd, a->name, body, strlen(body), 0644,
 				 true) != 0) {
 		warnx("cannot write %s: %s", a->name, strerror(errno));
 		return -1;
