@@ -37,9 +37,15 @@
  * thread, or at interpreter exit.  So handlers are static structs and their
  * capsules are created once and never released: they are immortal. */
 
+/* The handler's name and version, as NumPy reports them
+ * (get_handler_name/_version); exported to hpalloc.numpy as HANDLER_NAME
+ * and HANDLER_VERSION. */
+#define HANDLER_NAME "hpalloc"
+#define HANDLER_VERSION 1
+
 static PyDataMem_Handler knob_handler = {
-	"hpalloc",
-	1,
+	HANDLER_NAME,
+	HANDLER_VERSION,
 	{NULL, hp_ctx_malloc, hp_ctx_calloc, hp_ctx_realloc, hp_ctx_free},
 };
 static PyObject *knob_capsule;
@@ -685,11 +691,14 @@ PyMODINIT_FUNC PyInit__hpalloc(void); /* the interpreter's entry point */
 
 /* The NumPy it was built for, readable without importing NumPy:
  * hpalloc.numpy compares it with the NumPy at hand and names the package
- * to rebuild, instead of the traceback of a failed import_array(). */
+ * to rebuild, instead of the traceback of a failed import_array().  And
+ * the handler's name and version, which hpalloc.numpy re-exports. */
 static int add_numpy_build_facts(PyObject *m)
 {
 	return PyModule_AddIntConstant(m, "NUMPY_ABI_VERSION", (long)NPY_ABI_VERSION) ||
-	       PyModule_AddIntConstant(m, "NUMPY_TARGET_VERSION", (long)NPY_FEATURE_VERSION);
+	       PyModule_AddIntConstant(m, "NUMPY_TARGET_VERSION", (long)NPY_FEATURE_VERSION) ||
+	       PyModule_AddStringConstant(m, "HANDLER_NAME", HANDLER_NAME) ||
+	       PyModule_AddIntConstant(m, "HANDLER_VERSION", HANDLER_VERSION);
 }
 
 PyMODINIT_FUNC PyInit__hpalloc(void)
