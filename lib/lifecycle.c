@@ -131,11 +131,8 @@ void lifecycle_tool_mode(void)
 	publish_disable();
 }
 
+/* configure.ac's AC_INIT is the one place the version is written. */
 const char *hp_version(void)
 {
-#ifdef PACKAGE_VERSION
 	return PACKAGE_VERSION;
-#else
-	return "0.1.0";
-#endif
 }
