@@ -57,6 +57,11 @@
 #define HP_THP_SIZE (2 * HP_MiB)
 #define HP_BASE_PAGE ((size_t)4096)
 
+/* The largest block hpalloc hands out (private or shared), larger than any
+ * x86-64 address space: sizes above it are refused before rounding up to
+ * a page can wrap. */
+#define HP_MAX_BLOCK ((size_t)1 << 46)
+
 static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* Successful calls leave errno as they found it: public functions whose
