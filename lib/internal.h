@@ -27,6 +27,8 @@
  *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
  *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   private.h  the library's hidden functions hpctl may call (with the
+ *              public hpalloc.h, all hpctl sees of lib/)
  *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
  *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
@@ -38,6 +40,7 @@
 #define HP_INTERNAL_H
 
 #include "hpalloc.h"
+#include "private.h" /* what hpctl may call too */
 
 #include <errno.h>
 #include <pthread.h>
@@ -46,7 +49,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HP_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -137,10 +139,6 @@ static inline hp_numa_t numa_make(int mode, uint32_t nodes)
 /* The numa knob's grammar (the table's parser and printer call these). */
 HP_HIDDEN int numa_parse(const char *word, hp_numa_t *out, char *why, size_t why_len);
 HP_HIDDEN void numa_format(hp_numa_t p, char *buf, size_t len);
-/* Node n exists on this machine (libnuma's view, taken once). */
-HP_HIDDEN bool numa_node_exists(int node);
-/* The next existing node after `after` (-1: the first), or -1. */
-HP_HIDDEN int numa_node_next(int after);
 /* Pages of pagesize's pool that a block placed by p may draw on right now
  * (see numa.c for what "available" means per node); -1 unknown. */
 HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
@@ -198,10 +196,7 @@ HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
  * os_pool_ready_private() for a private one (its own pages need room too). */
 HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
 HP_HIDDEN bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p);
-/* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
- * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
-HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);
-/* Tests: read the counters above below root (a staged sysfs: root/kernel/
+/* Tests: read os_pool_counter()'s counters below root (a staged sysfs: root/kernel/
  * mm/hugepages, root/devices/system/node) instead of /sys; NULL: /sys. */
 HP_HIDDEN void os_pool_sysfs_root(const char *root);
 /* mbind(2) of m's whole mapping (with a THP block's guard page, so the
@@ -212,21 +207,7 @@ HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *no
  * kernel cannot (before 5.14), -1 + errno if a page could not be had. */
 HP_HIDDEN int os_populate(const struct hp_map *m);
 
-/* ---- thp.c: the kernel's THP settings ------------------------------------------ */
-/* The word a file of /sys/kernel/mm/transparent_hugepage selects
- * ("enabled": "always [madvise] never" -> "madvise"); "unavailable" and -1
- * if it cannot be read. */
-HP_HIDDEN int thp_setting(const char *file, char *out, size_t len);
-/* One THP page size: its own setting (hugepages-<N>kB/enabled), and
- * whether it serves madvised memory such as hpalloc's blocks. */
-struct thp_size {
-	size_t size;
-	char enabled[32];
-	bool serves;
-};
-/* Every size the kernel offers, ascending (before multi-size THP: the PMD
- * size with the top-level setting); at most max; -1 without THP. */
-HP_HIDDEN int thp_sizes(struct thp_size *out, int max);
+/* ---- thp.c: the kernel's THP settings (and private.h) ------------------------------ */
 /* Tests: read a staged copy of the directory instead (NULL: /sys's). */
 HP_HIDDEN void thp_sysfs_root(const char *dir);
 
@@ -305,10 +286,7 @@ HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
 HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
 
-/* ---- ring.c: the janitor thread's alone (ring.c says why) ------------------------ */
-/* Can this process release through io_uring?  The one probe, used by the
- * janitor's setup and by `hpctl status`; why says what it found. */
-HP_HIDDEN bool ring_probe(char *why, size_t len);
+/* ---- ring.c: the janitor thread's alone (ring.c says why; ring_probe: private.h) -- */
 HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, publish */
 HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
 HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
@@ -410,7 +388,6 @@ static inline void hp_init(void)
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
 HP_HIDDEN bool hp_secure_exec(void);      /* getauxval(AT_SECURE) */
-HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
 /* Non-zero while this thread runs hpalloc's own code: its initialisation,
  * the janitor thread (always) and its start, hp_huge_alloc/hp_huge_realloc.  The malloc
  * of an interposer (libhpalloc-preload.so) called from there -- stdio,
@@ -422,44 +399,10 @@ HP_HIDDEN extern __thread unsigned hp_inside __attribute__((tls_model("initial-e
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */
 HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
-HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
-HP_HIDDEN void publish_exit(void);
-
-/* Where the control directory is (control.c); publish.c and hpctl ask too
- * (hpctl links the static library, so hidden symbols resolve). */
-#include <sys/types.h>
-#define HP_CONTROL_DIR_ROOT "/run/hpalloc"
-/* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
- * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
-HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
-/* The same, saying which of the three it chose in *kind. */
-enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
-HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
 HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
 HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
-
-/* ---- securedir.c: what hpalloc trusts in a directory others can reach ---------
- * For control.c, publish.c, published.c and hpctl: one place for the rules. */
-#define HP_CONTROL_FILE_MAX 4096
-/* Open the control directory at path as securedir_open() does, making it
- * first (mode 0755 whatever the umask) if it is missing.  A default one
- * (kind ROOT or USER) only below a parent no other user can write to:
- * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
- * and mode 0700.  fd, or -1 + errno with the reason in why. */
-HP_HIDDEN int securedir_make(const char *path, int kind, char *why, size_t wl);
-/* Open a directory without following a symlink and check it: owned by euid
- * or root, not group/other-writable.  -1 + errno, reason in why. */
-HP_HIDDEN int securedir_open(int at, const char *name, char *why, size_t wl);
-HP_HIDDEN int securedir_check_fd(int fd, char *why, size_t wl);
-/* Same for every component of a relative path "a/b/c". */
-HP_HIDDEN int securedir_open_path(int at, const char *rel, char *why, size_t wl);
-/* Read a control file with every check (regular, owner, mode, size). */
-HP_HIDDEN int securedir_read_file(int dirfd, const char *name, char *buf,
-				  size_t cap, char *why, size_t wl);
-/* Temporary file in the same directory + (fsync) + rename. */
-HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
-				     const char *data, size_t len, mode_t mode,
-				     bool durable);
+HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
+HP_HIDDEN void publish_exit(void);
 
 /* ---- publish.c ------------------------------------------------------------------ */
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */

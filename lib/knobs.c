@@ -435,6 +435,22 @@ const char *knob_name(int knob)
 	return knob >= 0 && knob < KNOB_COUNT ? knobs[knob].name : NULL;
 }
 
+int knob_env_name(int knob, char *buf, size_t len)
+{
+	if (knob < 0 || knob >= KNOB_COUNT) {
+		errno = EINVAL;
+		return -1;
+	}
+	int n = snprintf(buf, len, "HPALLOC_%s", knobs[knob].name);
+	if (n < 0 || (size_t)n >= len) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *c = buf; *c; c++)
+		*c = (char)toupper((unsigned char)*c);
+	return 0;
+}
+
 /* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process
  * (or hpctl, whose own environment says nothing about other processes). */
 void knobs_init(bool with_env)
@@ -451,10 +467,7 @@ void knobs_init(bool with_env)
 	for (int i = 0; i < KNOB_COUNT; i++) {
 		int k = i == 0 ? KNOB_VERBOSE : (i == KNOB_VERBOSE ? 0 : i);
 		char var[64], canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX + 96];
-		snprintf(var, sizeof(var), "HPALLOC_%s", knobs[k].name);
-		for (char *c = var; *c; c++)
-			*c = (char)toupper((unsigned char)*c);
-		const char *text = getenv(var);
+		const char *text = knob_env_name(k, var, sizeof(var)) == 0 ? getenv(var) : NULL;
 		if (!text)
 			continue;
 		if (hp_knob_parse(knobs[k].name, text, canon, sizeof(canon), err, sizeof(err)) == 0) {

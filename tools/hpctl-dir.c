@@ -6,7 +6,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
+#include "private.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
+#include "private.h"
 
 #include <ctype.h>
 #include <errno.h>
