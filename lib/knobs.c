@@ -531,6 +531,31 @@ int hp_knob_parse(const char *name, const char *text, char *canon, size_t canon_
 	return 0;
 }
 
+int hp_knob_parse_assignment(const char *word, char *canon, size_t canon_len, char *err,
+			     size_t err_len)
+{
+	const char *eq = word ? strchr(word, '=') : NULL;
+	char name[64];
+	size_t n = eq ? (size_t)(eq - word) : 0;
+
+	if (!eq || n == 0) {
+		if (err && err_len) {
+			char shown[64];
+			quote_input(word ? word : "", shown, sizeof(shown));
+			snprintf(err, err_len, "expected KNOB=VALUE, got '%s'", shown);
+		}
+		errno = EINVAL;
+		return -1;
+	}
+	/* No knob name is that long: the lookup below refuses the cut name. */
+	n = n < sizeof(name) ? n : sizeof(name) - 1;
+	memcpy(name, word, n);
+	name[n] = '\0';
+	if (hp_knob_parse(name, eq + 1, canon, canon_len, err, err_len) != 0)
+		return -1;
+	return hp_knob_index(name);
+}
+
 int hp_knob_render(const char *name, const char *canon, char *buf, size_t buf_len)
 {
 	char value[HP_KNOB_VALUE_MAX];

@@ -494,6 +494,22 @@ static PyObject *py_parse_knob(PyObject *self, PyObject *args)
 	return PyUnicode_FromString(canon);
 }
 
+static PyObject *py_parse_assignment(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	const char *word = PyUnicode_AsUTF8(arg);
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX] = "";
+	struct hp_knob_info ki;
+	if (word == NULL)
+		return NULL;
+	int k = hp_knob_parse_assignment(word, canon, sizeof canon, err, sizeof err);
+	if (k < 0 || hp_knob_info(k, &ki) != 0) {
+		PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid KNOB=VALUE");
+		return NULL;
+	}
+	return Py_BuildValue("(ss)", ki.name, canon);
+}
+
 static PyObject *py_unset(PyObject *self, PyObject *args)
 {
 	(void)self;
@@ -663,6 +679,8 @@ static PyMethodDef methods[] = {
 	 "set(knob, value): per-process override; ValueError if refused"},
 	{"parse_knob", py_parse_knob, METH_VARARGS,
 	 "parse_knob(knob, value) -> canonical value; ValueError if refused (nothing changes)"},
+	{"parse_assignment", py_parse_assignment, METH_O,
+	 "parse_assignment('KNOB=VALUE') -> (knob, canonical value); ValueError if refused"},
 	{"unset", py_unset, METH_VARARGS,
 	 "unset(knob=None): drop the per-process override of knob (None: all)"},
 	{"parse_size", py_parse_size, METH_O, "parse_size('4M') -> 4194304"},
