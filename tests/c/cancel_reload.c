@@ -11,11 +11,7 @@
 #include "cancel_util.h"
 #include "fault.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void *reload(void *arg)
 {
@@ -24,26 +20,13 @@ static void *reload(void *arg)
 	return NULL;
 }
 
-static int write_control_file(const char *name, const char *text)
-{
-	char path[4096];
-	const char *dir = getenv("HPALLOC_CONTROL_DIR");
-	snprintf(path, sizeof(path), "%s/%s", dir ? dir : ".", name);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0 || write(fd, text, strlen(text)) < 0 || close(fd) != 0) {
-		cancel_say("cannot write %s\n", path);
-		return -1;
-	}
-	return 0;
-}
-
 static int later_calls_return(void)
 {
 	char value[HP_KNOB_VALUE_MAX] = "";
 	int bad = 0;
 
 	cancel_watchdog(20, "hp_* calls after a thread was cancelled in hp_control_reload");
-	if (write_control_file("threshold", "3M\n") < 0)
+	if (cancel_control_file("threshold", "3M\n") < 0)
 		return 1;
 	hp_control_reload();
 	if (hp_knob_get("threshold", value, sizeof(value)) != HP_SOURCE_CONTROL ||
@@ -63,25 +46,11 @@ static int later_calls_return(void)
 static int child_cancel_in_reload(void)
 {
 	static struct victim v = {.call = reload};
-	int bad = 0;
 
 	hp_free(hp_malloc(64)); /* initialised: the reload alone reads the file */
-	if (write_control_file("threshold", "bogus\n") < 0)
+	if (cancel_control_file("threshold", "bogus\n") < 0)
 		return 1;
-	cancel_stderr_block();
-	cancel_victim_start(&v);
-	if (!cancel_victim_blocked_in(&v, 1 /* write */, 10000))
-		return 1;
-	cancel_victim_cancel(&v, cancel_stderr_flow);
-	if (!cancel_victim_join(&v)) {
-		cancel_say("FAIL: the thread was not cancelled at all\n");
-		bad = 1;
-	}
-	if (!atomic_load(&v.returned)) {
-		cancel_say("FAIL: the cancellation acted inside hp_control_reload "
-			   "(it is a cancellation point)\n");
-		bad = 1;
-	}
+	int bad = cancel_victim_in_log(&v, "hp_control_reload");
 	return bad | later_calls_return();
 }
 
