@@ -1,8 +1,14 @@
 /* Private interfaces between the files of lib/.  Not installed.
+ * docs/architecture.md follows hp_malloc, hp_free, realloc and the janitor
+ * through these files and gives the lock order.
  *
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
- *   heap.c     hp_malloc & co: routing by size, registry of huge blocks, realloc
+ *   heap.c     hp_malloc & co: routing by size and address, registry of
+ *              huge blocks, block sourcing (cache, pieces cut and joined,
+ *              fresh mappings, fallback), realloc, contexts (hp_ctx*), the
+ *              huge path alone for interposers (hp_huge_*, hp_owns), the
+ *              backing reports (hp_backing*), hp_cache_flush
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -328,9 +334,9 @@ HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
  * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
- * control > publish > knobs > heap > release > ring > janitor > stats >
- * heap's registry lock, under which nothing is called), the
- * parent and child phases in reverse order. */
+ * control > publish > knobs > heap > shared > release > ring > janitor >
+ * stats > heap's registry lock, under which nothing is called), the parent
+ * and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
 {
