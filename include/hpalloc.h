@@ -248,6 +248,11 @@ HP_API int hp_knob_info(int index, struct hp_knob_info *out);
 HP_API int hp_knob_parse(const char *name, const char *text,
 			 char *canon, size_t canon_len,
 			 char *err, size_t err_len);
+/* One "KNOB=VALUE" word (hpctl's command line, a Dask option): the knob's
+ * index, the value's canonical form into canon; or -1 + EINVAL with the
+ * message in err (no '=', no name, unknown knob, bad value). */
+HP_API int hp_knob_parse_assignment(const char *word, char *canon, size_t canon_len,
+				    char *err, size_t err_len);
 /* Body of the knob's control file for a canonical value, ending in "\n":
  * "auto [hugetlb] thp off\n" for choices, "4M\n" for sizes. */
 HP_API int hp_knob_render(const char *name, const char *canon,

@@ -1,4 +1,4 @@
-/* Control directory: secure reading and live reload of knob files.
+/* Control directory: where it is, and live reload of its knob files.
  *
  * The control directory ($HPALLOC_CONTROL_DIR, else /run/hpalloc for root,
  * else $XDG_RUNTIME_DIR/hpalloc) holds one file per knob, named like the
@@ -12,17 +12,16 @@
  * directory and one fstatat per knob file; a file is re-read only when its
  * identity (inode, size, mtime, ctime, owner, mode) changed.
  *
- * Security: a file is used only if it is a regular file (never through a
- * symlink), owned by our euid or root, not writable by group/others and at
- * most HP_CONTROL_FILE_MAX bytes; the same owner/mode rules hold for every
- * directory on the way.  Secure-execution processes (setuid/setgid,
- * AT_SECURE) ignore the control directory entirely.  A refused file never
+ * Security: a file or directory is used only if securedir.c's rules accept
+ * it (regular file, no symlink, owner, mode, size: see there).
+ * Secure-execution processes (setuid/setgid, AT_SECURE) ignore the control
+ * directory entirely.  A refused file never
  * changes behaviour: the layer keeps its last good value and the reason goes
  * to knobs_note_reject().
  *
  * Nobody has to create the directory: a default one that is missing is
  * made by the first process that publishes itself (publish.c), or by hpctl
- * set, through control_dir_make(), only below a parent no other user can
+ * set, through securedir_make(), only below a parent no other user can
  * write to, so no other user can have made it first or own it.
  */
 #ifdef HAVE_CONFIG_H
@@ -38,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,19 +77,14 @@ static struct {
 	.override = { .source = HP_SOURCE_PROCESS },
 };
 
-/* ---- helpers shared with publish.c and hpctl ------------------------------ */
-
-bool control_secure_exec(void)
-{
-	return getauxval(AT_SECURE) != 0;
-}
+/* ---- where the directory is (publish.c and hpctl ask too) ---------------- */
 
 int control_dir_choose(char *buf, size_t len, int *kind)
 {
 	const char *env = getenv("HPALLOC_CONTROL_DIR");
 	int n;
 
-	if (control_secure_exec()) {
+	if (hp_secure_exec()) {
 		errno = EPERM;
 		return -1;
 	}
@@ -126,313 +119,6 @@ int control_dir_resolve(char *buf, size_t len)
 	int kind;
 
 	return control_dir_choose(buf, len, &kind);
-}
-
-/* Owner and mode rules common to files and directories. */
-static int check_owner_mode(const struct stat *st, char *why, size_t wl)
-{
-	if (st->st_uid != geteuid() && st->st_uid != 0) {
-		snprintf(why, wl, "owned by uid %u, not by uid %u or root",
-			 (unsigned)st->st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(why, wl, "writable by group or others (mode %04o)",
-			 (unsigned)(st->st_mode & 07777));
-		return -1;
-	}
-	return 0;
-}
-
-int control_check_dir_fd(int fd, char *why, size_t wl)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) != 0) {
-		snprintf(why, wl, "fstat: %s", strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(why, wl, "not a directory");
-		return -1;
-	}
-	return check_owner_mode(&st, why, wl);
-}
-
-int control_open_dir(int dirfd, const char *path, char *why, size_t wl)
-{
-	int fd = openat(dirfd, path,
-			O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-	if (fd < 0) {
-		struct stat st;
-		int saved = errno;
-
-		/* O_DIRECTORY|O_NOFOLLOW says ENOTDIR for a symlink too. */
-		if (saved == ELOOP || (saved == ENOTDIR &&
-		    fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISLNK(st.st_mode)))
-			snprintf(why, wl, "is a symbolic link");
-		else if (saved == ENOTDIR)
-			snprintf(why, wl, "not a directory");
-		else
-			snprintf(why, wl, "%s", strerror(saved));
-		errno = saved;
-		return -1;
-	}
-	if (control_check_dir_fd(fd, why, wl) != 0) {
-		close(fd);
-		errno = EACCES;
-		return -1;
-	}
-	return fd;
-}
-
-/* The parent a default control directory is made in must be one no other
- * user can write to, so nobody else can have made (or can later replace)
- * the directory: root's /run is root's and not writable by others; a
- * user's $XDG_RUNTIME_DIR is the user's and private (mode 0700, as the XDG
- * Base Directory Specification requires of it). */
-static int check_parent(const struct stat *st, int kind, const char *parent,
-			char *why, size_t wl)
-{
-	if (kind == CONTROL_DIR_ROOT &&
-	    (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)))) {
-		snprintf(why, wl, "%s is not root's alone (owner uid %u, mode %04o)",
-			 parent, (unsigned)st->st_uid,
-			 (unsigned)(st->st_mode & 07777));
-		return -1;
-	}
-	if (kind == CONTROL_DIR_USER &&
-	    (st->st_uid != geteuid() || (st->st_mode & 077))) {
-		snprintf(why, wl, "XDG_RUNTIME_DIR %s is not private to uid %u "
-			 "(owner uid %u, mode %04o; it must be 0700)", parent,
-			 (unsigned)geteuid(), (unsigned)st->st_uid,
-			 (unsigned)(st->st_mode & 07777));
-		return -1;
-	}
-	return 0;
-}
-
-/* Open the parent of a default control directory ("/run/hpalloc",
- * "$XDG_RUNTIME_DIR/hpalloc") if it passes check_parent(): fd, or -1 +
- * errno and why. */
-static int open_parent(const char *path, int kind, char *why, size_t wl)
-{
-	char parent[PATH_MAX];
-	size_t plen = strlen(path) - strlen("/hpalloc");
-	struct stat st;
-	int fd, saved;
-
-	if (plen >= sizeof(parent)) {
-		errno = ENAMETOOLONG;
-		snprintf(why, wl, "path too long");
-		return -1;
-	}
-	memcpy(parent, path, plen);
-	parent[plen] = '\0';
-	fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		saved = errno;
-		snprintf(why, wl, "%s: %s", parent, strerror(saved));
-		errno = saved;
-		return -1;
-	}
-	if (fstat(fd, &st) != 0 || check_parent(&st, kind, parent, why, wl) != 0) {
-		close(fd);
-		errno = EACCES;
-		return -1;
-	}
-	return fd;
-}
-
-int control_dir_make(const char *path, int kind, char *why, size_t wl)
-{
-	const char *name = kind == CONTROL_DIR_GIVEN ? path : "hpalloc";
-	int at = AT_FDCWD, fd, saved;
-	bool made;
-
-	/* There already: its own owner and mode rules decide, whoever the
-	 * parent lets in (a replacement would not be ours or root's). */
-	fd = control_open_dir(AT_FDCWD, path, why, wl);
-	if (fd >= 0 || errno != ENOENT)
-		return fd;
-	if (kind != CONTROL_DIR_GIVEN && (at = open_parent(path, kind, why, wl)) < 0)
-		return -1;
-	made = mkdirat(at, name, 0755) == 0;
-	if (!made && errno != EEXIST) {
-		saved = errno;
-		snprintf(why, wl, "mkdir: %s", strerror(saved));
-		fd = -1;
-	} else {
-		fd = control_open_dir(at, name, why, wl);
-		saved = errno;
-		/* 0755 whatever the umask: a non-root process may follow root's
-		 * knob files (HPALLOC_CONTROL_DIR=/run/hpalloc) */
-		if (fd >= 0 && made)
-			(void)fchmod(fd, 0755);
-	}
-	if (at != AT_FDCWD)
-		close(at);
-	errno = saved;
-	return fd;
-}
-
-int control_open_path(int at, const char *rel, char *why, size_t wl)
-{
-	char part[NAME_MAX + 1];
-	int fd = at;
-
-	while (*rel) {
-		size_t n = strcspn(rel, "/");
-		int next;
-
-		if (n == 0 || n > NAME_MAX) {
-			snprintf(why, wl, "bad path component");
-			errno = EINVAL;
-			goto fail;
-		}
-		memcpy(part, rel, n);
-		part[n] = '\0';
-		next = control_open_dir(fd, part, why, wl);
-		if (next < 0)
-			goto fail;
-		if (fd != at)
-			close(fd);
-		fd = next;
-		rel += n;
-		rel += strspn(rel, "/");
-	}
-	return fd == at ? dup(at) : fd;
-fail:
-	if (fd != at) {
-		int saved = errno;
-		close(fd);
-		errno = saved;
-	}
-	return -1;
-}
-
-/* Read all of fd (at most cap - 1 bytes plus one to detect growth). */
-static ssize_t read_small(int fd, char *buf, size_t cap)
-{
-	size_t got = 0;
-
-	while (got < cap - 1) {
-		ssize_t n = read(fd, buf + got, cap - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	buf[got] = '\0';
-	return (ssize_t)got;
-}
-
-int control_read_file(int dirfd, const char *name, char *buf, size_t cap,
-		      char *why, size_t wl)
-{
-	char body[HP_CONTROL_FILE_MAX + 2];
-	struct stat st;
-	ssize_t n;
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
-			O_CLOEXEC | O_NOCTTY);
-
-	if (fd < 0) {
-		if (errno == ELOOP)
-			snprintf(why, wl, "is a symbolic link");
-		else
-			snprintf(why, wl, "open: %s", strerror(errno));
-		return -1;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		snprintf(why, wl, "not a regular file");
-		goto refuse;
-	}
-	if (check_owner_mode(&st, why, wl) != 0)
-		goto refuse;
-	if (st.st_size > HP_CONTROL_FILE_MAX) {
-		snprintf(why, wl, "larger than %d bytes", HP_CONTROL_FILE_MAX);
-		goto refuse;
-	}
-	n = read_small(fd, body, sizeof(body));
-	if (n < 0) {
-		snprintf(why, wl, "read: %s", strerror(errno));
-		goto refuse;
-	}
-	if (n > HP_CONTROL_FILE_MAX) {
-		snprintf(why, wl, "larger than %d bytes", HP_CONTROL_FILE_MAX);
-		goto refuse;
-	}
-	if (memchr(body, '\0', (size_t)n)) {
-		snprintf(why, wl, "contains a NUL byte");
-		goto refuse;
-	}
-	close(fd);
-	if ((size_t)n >= cap) {
-		snprintf(why, wl, "larger than %zu bytes", cap - 1);
-		return -1;
-	}
-	memcpy(buf, body, (size_t)n + 1);
-	return 0;
-refuse:
-	close(fd);
-	return -1;
-}
-
-static int write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int control_write_atomic(int dirfd, const char *name, const char *data,
-			 size_t len, mode_t mode, bool durable)
-{
-	char tmp[NAME_MAX + 1];
-	int fd, saved;
-
-	if (snprintf(tmp, sizeof(tmp), ".%s.%ld.tmp", name, (long)getpid()) >=
-	    (int)sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
-		    O_CLOEXEC, mode);
-	if (fd < 0)
-		return -1;
-	if (fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 ||
-	    (durable && fsync(fd) != 0))
-		goto fail;
-	if (close(fd) != 0) {
-		fd = -1;
-		goto fail;
-	}
-	if (renameat(dirfd, tmp, dirfd, name) != 0) {
-		fd = -1;
-		goto fail;
-	}
-	if (durable)
-		(void)fsync(dirfd); /* make the rename itself durable */
-	return 0;
-fail:
-	saved = errno;
-	if (fd >= 0)
-		close(fd);
-	unlinkat(dirfd, tmp, 0);
-	errno = saved;
-	return -1;
 }
 
 /* ---- polling ------------------------------------------------------------- */
@@ -520,7 +206,7 @@ static void load_file(struct layer *l, int dirfd, const char *dirpath,
 	char canon[HP_KNOB_VALUE_MAX];
 	char err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX];
 
-	if (control_read_file(dirfd, name, body, sizeof(body), err,
+	if (securedir_read_file(dirfd, name, body, sizeof(body), err,
 			      sizeof(err)) != 0) {
 		reason(why, sizeof(why), "%s/%s ignored: %s", dirpath, name,
 			 err);
@@ -589,8 +275,8 @@ static int open_layer_dir(struct layer *l, int at, const char *rel,
 			  const char *path)
 {
 	char err[HP_KNOB_ERROR_MAX];
-	int fd = rel[0] == '/' ? control_open_dir(at, rel, err, sizeof(err))
-			       : control_open_path(at, rel, err, sizeof(err));
+	int fd = rel[0] == '/' ? securedir_open(at, rel, err, sizeof(err))
+			       : securedir_open_path(at, rel, err, sizeof(err));
 
 	if (fd >= 0)
 		return fd;
@@ -624,7 +310,7 @@ static void poll_override(bool force)
 		return;
 	}
 	snprintf(rel, sizeof(rel), "proc/%ld/override", (long)getpid());
-	root = control_open_dir(AT_FDCWD, C.dir, path, sizeof(path));
+	root = securedir_open(AT_FDCWD, C.dir, path, sizeof(path));
 	if (root < 0) {
 		if (errno == ENOENT) /* gone, and our overrides with it */
 			poll_layer(&C.override, -1, NULL, force);
@@ -648,7 +334,7 @@ static void control_poll_locked(bool force)
 		if (!C.enabled)
 			hp_log(1, "no control directory (%s): environment and "
 			       "defaults only, and this process publishes nothing "
-			       "(hpctl stats cannot see it)", control_secure_exec() ?
+			       "(hpctl stats cannot see it)", hp_secure_exec() ?
 			       "secure execution" : "not root, and neither "
 			       "HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set");
 	}
@@ -684,24 +370,24 @@ int control_dir_kind(void)
 
 /* Around fork the lock is held, so the janitor cannot be mid-poll; in the
  * child our pid changed, so the next poll looks at our own (absent)
- * override directory and drops the parent's per-process overrides. */
+ * override directory and drops the parent's per-process overrides.  C.lock
+ * nests outside publish.c's lock (poll_override asks publish_claimed()):
+ * lifecycle.c's table calls control_fork before publish_fork. */
 void control_fork(int phase)
 {
-	if (phase == FORK_PREPARE) { /* C.lock nests outside P.lock */
-		fork_mutex(&C.lock, phase);
-		publish_fork(phase);
-	} else {
-		publish_fork(phase);
-		fork_mutex(&C.lock, phase);
-	}
+	fork_mutex(&C.lock, phase);
 }
 
+/* Reads files and may log with C.lock held: no cancellation point (see
+ * HP_NOCANCEL_BEGIN). */
 void hp_control_reload(void)
 {
 	HP_ERRNO_SAVE;
+	HP_NOCANCEL_BEGIN;
 	hp_init();
 	pthread_mutex_lock(&C.lock);
 	control_poll_locked(true);
 	pthread_mutex_unlock(&C.lock);
+	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
 }

@@ -1,8 +1,14 @@
 /* Private interfaces between the files of lib/.  Not installed.
+ * docs/architecture.md follows hp_malloc, hp_free, realloc and the janitor
+ * through these files and gives the lock order.
  *
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
- *   heap.c     hp_malloc & co: routing by size, registry of huge blocks, realloc
+ *   heap.c     hp_malloc & co: routing by size and address, registry of
+ *              huge blocks, block sourcing (cache, pieces cut and joined,
+ *              fresh mappings, fallback), realloc, contexts (hp_ctx*), the
+ *              huge path alone for interposers (hp_huge_*, hp_owns), the
+ *              backing reports (hp_backing*), hp_cache_flush
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -19,10 +25,16 @@
  *              are, which pool pages a policy may use, mbind of our blocks
  *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps)
  *   shared.c   shared blocks: memfd huge pages other processes map
- *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit
- *   control.c  control directory: secure reading, live reload
+ *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit,
+ *              the secure-execution test (hp_secure_exec)
+ *   securedir.c  the rules a directory or file must pass before hpalloc
+ *              trusts it, and atomic writes: for control.c, publish.c,
+ *              published.c and hpctl
+ *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
  *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   private.h  the library's hidden functions hpctl may call (with the
+ *              public hpalloc.h, all hpctl sees of lib/)
  *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
  *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
@@ -34,6 +46,7 @@
 #define HP_INTERNAL_H
 
 #include "hpalloc.h"
+#include "private.h" /* what hpctl may call too */
 
 #include <errno.h>
 #include <pthread.h>
@@ -42,7 +55,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HP_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -52,6 +64,11 @@
 #define HP_SMALL_ALIGN 64
 #define HP_THP_SIZE (2 * HP_MiB)
 #define HP_BASE_PAGE ((size_t)4096)
+
+/* The largest block hpalloc hands out (private or shared), larger than any
+ * x86-64 address space: sizes above it are refused before rounding up to
+ * a page can wrap. */
+#define HP_MAX_BLOCK ((size_t)1 << 46)
 
 static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
@@ -128,10 +145,6 @@ static inline hp_numa_t numa_make(int mode, uint32_t nodes)
 /* The numa knob's grammar (the table's parser and printer call these). */
 HP_HIDDEN int numa_parse(const char *word, hp_numa_t *out, char *why, size_t why_len);
 HP_HIDDEN void numa_format(hp_numa_t p, char *buf, size_t len);
-/* Node n exists on this machine (libnuma's view, taken once). */
-HP_HIDDEN bool numa_node_exists(int node);
-/* The next existing node after `after` (-1: the first), or -1. */
-HP_HIDDEN int numa_node_next(int after);
 /* Pages of pagesize's pool that a block placed by p may draw on right now
  * (see numa.c for what "available" means per node); -1 unknown. */
 HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
@@ -189,10 +202,7 @@ HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
  * os_pool_ready_private() for a private one (its own pages need room too). */
 HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
 HP_HIDDEN bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p);
-/* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
- * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
-HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);
-/* Tests: read the counters above below root (a staged sysfs: root/kernel/
+/* Tests: read os_pool_counter()'s counters below root (a staged sysfs: root/kernel/
  * mm/hugepages, root/devices/system/node) instead of /sys; NULL: /sys. */
 HP_HIDDEN void os_pool_sysfs_root(const char *root);
 /* mbind(2) of m's whole mapping (with a THP block's guard page, so the
@@ -214,21 +224,7 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
 
-/* ---- thp.c: the kernel's THP settings ------------------------------------------ */
-/* The word a file of /sys/kernel/mm/transparent_hugepage selects
- * ("enabled": "always [madvise] never" -> "madvise"); "unavailable" and -1
- * if it cannot be read. */
-HP_HIDDEN int thp_setting(const char *file, char *out, size_t len);
-/* One THP page size: its own setting (hugepages-<N>kB/enabled), and
- * whether it serves madvised memory such as hpalloc's blocks. */
-struct thp_size {
-	size_t size;
-	char enabled[32];
-	bool serves;
-};
-/* Every size the kernel offers, ascending (before multi-size THP: the PMD
- * size with the top-level setting); at most max; -1 without THP. */
-HP_HIDDEN int thp_sizes(struct thp_size *out, int max);
+/* ---- thp.c: the kernel's THP settings (and private.h) ------------------------------ */
 /* Tests: read a staged copy of the directory instead (NULL: /sys's). */
 HP_HIDDEN void thp_sysfs_root(const char *dir);
 
@@ -310,10 +306,7 @@ HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
 HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
 
-/* ---- ring.c: the janitor thread's alone (ring.c says why) ------------------------ */
-/* Can this process release through io_uring?  The one probe, used by the
- * janitor's setup and by `hpctl status`; why says what it found. */
-HP_HIDDEN bool ring_probe(char *why, size_t len);
+/* ---- ring.c: the janitor thread's alone (ring.c says why; ring_probe: private.h) -- */
 HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, publish */
 HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
 HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
@@ -355,9 +348,9 @@ HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
  * its locks, FORK_PARENT releases them, FORK_CHILD re-initialises them and
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
- * control+publish > knobs > heap > release > ring > janitor > stats >
- * heap's registry lock, under which nothing is called), the
- * parent and child phases in reverse order. */
+ * control > publish > knobs > heap > shared > release > ring > janitor >
+ * stats > heap's registry lock, under which nothing is called), the parent
+ * and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
 {
@@ -376,7 +369,8 @@ HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
 HP_HIDDEN void janitor_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
-HP_HIDDEN void control_fork(int phase); /* control.c and publish.c */
+HP_HIDDEN void control_fork(int phase);
+HP_HIDDEN void publish_fork(int phase);
 
 /* ---- cancellation ------------------------------------------------------------------
  * glibc's malloc & co are no cancellation points, and hpalloc's entry
@@ -413,7 +407,7 @@ static inline void hp_init(void)
 		hp_init_slow();
 }
 HP_HIDDEN uint64_t hp_now_ms(void);
-HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
+HP_HIDDEN bool hp_secure_exec(void);      /* getauxval(AT_SECURE) */
 /* Non-zero while this thread runs hpalloc's own code: its initialisation,
  * the janitor thread (always) and its start, hp_huge_alloc/hp_huge_realloc.  The malloc
  * of an interposer (libhpalloc-preload.so) called from there -- stdio,
@@ -425,44 +419,13 @@ HP_HIDDEN extern __thread unsigned hp_inside __attribute__((tls_model("initial-e
 /* ---- control.c / publish.c ------------------------------------------------------ */
 HP_HIDDEN void control_init(void);      /* first read of the control dir  */
 HP_HIDDEN void control_poll(void);      /* called by the janitor, ~250 ms */
+HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
+HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
 HP_HIDDEN void publish_update(void);    /* refresh this process's stats file */
 HP_HIDDEN void publish_exit(void);
 
-/* Helpers of control.c / publish.c that hpctl shares (it links the static
- * library, so hidden symbols resolve): one place for the directory rules. */
-#include <sys/types.h>
-#define HP_CONTROL_DIR_ROOT "/run/hpalloc"
-#define HP_CONTROL_FILE_MAX 4096
-HP_HIDDEN bool control_secure_exec(void);   /* getauxval(AT_SECURE) */
-/* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
- * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
-HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
-/* The same, saying which of the three it chose in *kind. */
-enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
-HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
-/* Open the control directory at path as control_open_dir() does, making it
- * first (mode 0755 whatever the umask) if it is missing.  A default one
- * (kind ROOT or USER) only below a parent no other user can write to:
- * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
- * and mode 0700.  fd, or -1 + errno with the reason in why. */
-HP_HIDDEN int control_dir_make(const char *path, int kind, char *why, size_t wl);
-HP_HIDDEN const char *control_dir(void);    /* resolved at init, or NULL */
-HP_HIDDEN int control_dir_kind(void);       /* how control_dir() was chosen */
-/* Open a directory without following a symlink and check it: owned by euid
- * or root, not group/other-writable.  -1 + errno, reason in why. */
-HP_HIDDEN int control_open_dir(int at, const char *name, char *why, size_t wl);
-HP_HIDDEN int control_check_dir_fd(int fd, char *why, size_t wl);
-/* Same for every component of a relative path "a/b/c". */
-HP_HIDDEN int control_open_path(int at, const char *rel, char *why, size_t wl);
-/* Read a control file with every check (regular, owner, mode, size). */
-HP_HIDDEN int control_read_file(int dirfd, const char *name, char *buf,
-				size_t cap, char *why, size_t wl);
-/* Temporary file in the same directory + (fsync) + rename. */
-HP_HIDDEN int control_write_atomic(int dirfd, const char *name,
-				   const char *data, size_t len, mode_t mode,
-				   bool durable);
+/* ---- publish.c ------------------------------------------------------------------ */
 HP_HIDDEN bool publish_claimed(void);       /* proc/<our pid> is ours */
-HP_HIDDEN void publish_fork(int phase);
 HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
 /* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
 HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);

@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <unistd.h>
 
 struct hp_config hp_cfg;
@@ -436,6 +435,22 @@ const char *knob_name(int knob)
 	return knob >= 0 && knob < KNOB_COUNT ? knobs[knob].name : NULL;
 }
 
+int knob_env_name(int knob, char *buf, size_t len)
+{
+	if (knob < 0 || knob >= KNOB_COUNT) {
+		errno = EINVAL;
+		return -1;
+	}
+	int n = snprintf(buf, len, "HPALLOC_%s", knobs[knob].name);
+	if (n < 0 || (size_t)n >= len) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *c = buf; *c; c++)
+		*c = (char)toupper((unsigned char)*c);
+	return 0;
+}
+
 /* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process
  * (or hpctl, whose own environment says nothing about other processes). */
 void knobs_init(bool with_env)
@@ -446,16 +461,13 @@ void knobs_init(bool with_env)
 		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
 		publish_value(k, v);
 	}
-	if (!with_env || getauxval(AT_SECURE))
+	if (!with_env || hp_secure_exec())
 		return;
 	/* verbose first, so that it already applies to the other knobs' rejects */
 	for (int i = 0; i < KNOB_COUNT; i++) {
 		int k = i == 0 ? KNOB_VERBOSE : (i == KNOB_VERBOSE ? 0 : i);
 		char var[64], canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX], why[HP_KNOB_ERROR_MAX + 96];
-		snprintf(var, sizeof(var), "HPALLOC_%s", knobs[k].name);
-		for (char *c = var; *c; c++)
-			*c = (char)toupper((unsigned char)*c);
-		const char *text = getenv(var);
+		const char *text = knob_env_name(k, var, sizeof(var)) == 0 ? getenv(var) : NULL;
 		if (!text)
 			continue;
 		if (hp_knob_parse(knobs[k].name, text, canon, sizeof(canon), err, sizeof(err)) == 0) {
@@ -517,6 +529,31 @@ int hp_knob_parse(const char *name, const char *text, char *canon, size_t canon_
 	if (canon && canon_len)
 		knobs[k].format(&knobs[k], v, canon, canon_len);
 	return 0;
+}
+
+int hp_knob_parse_assignment(const char *word, char *canon, size_t canon_len, char *err,
+			     size_t err_len)
+{
+	const char *eq = word ? strchr(word, '=') : NULL;
+	char name[64];
+	size_t n = eq ? (size_t)(eq - word) : 0;
+
+	if (!eq || n == 0) {
+		if (err && err_len) {
+			char shown[64];
+			quote_input(word ? word : "", shown, sizeof(shown));
+			snprintf(err, err_len, "expected KNOB=VALUE, got '%s'", shown);
+		}
+		errno = EINVAL;
+		return -1;
+	}
+	/* No knob name is that long: the lookup below refuses the cut name. */
+	n = n < sizeof(name) ? n : sizeof(name) - 1;
+	memcpy(name, word, n);
+	name[n] = '\0';
+	if (hp_knob_parse(name, eq + 1, canon, canon_len, err, err_len) != 0)
+		return -1;
+	return hp_knob_index(name);
 }
 
 int hp_knob_render(const char *name, const char *canon, char *buf, size_t buf_len)

@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <time.h>
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -22,6 +23,14 @@ static bool once_done;
 static bool tool_mode; /* set before init by hpctl: see lifecycle_tool_mode */
 static __thread bool initializing; /* init itself calls hp_* functions */
 __thread unsigned hp_inside __attribute__((tls_model("initial-exec")));
+
+/* The one test of secure execution (setuid/setgid, file capabilities,
+ * AT_SECURE): there hpalloc honours no environment variable and no control
+ * directory, which whoever started the process could have planted. */
+bool hp_secure_exec(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
 
 uint64_t hp_now_ms(void)
 {
@@ -39,7 +48,7 @@ static void init_fork(int phase)
 
 /* Every module's fork hook, in the order the code nests their locks. */
 static void (*const fork_hooks[])(int) = {
-	init_fork, control_fork, knobs_fork, heap_fork, shared_fork,
+	init_fork, control_fork, publish_fork, knobs_fork, heap_fork, shared_fork,
 	release_fork, ring_fork, janitor_fork, stats_fork, heap_registry_fork,
 };
 #define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
@@ -122,11 +131,8 @@ void lifecycle_tool_mode(void)
 	publish_disable();
 }
 
+/* configure.ac's AC_INIT is the one place the version is written. */
 const char *hp_version(void)
 {
-#ifdef PACKAGE_VERSION
 	return PACKAGE_VERSION;
-#else
-	return "0.1.0";
-#endif
 }

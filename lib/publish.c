@@ -5,7 +5,7 @@
  * its content changed, and removed at exit.
  *
  * The entry is created lazily, only when the control directory exists (the
- * default one is made if missing: open_root()), passes the control.c
+ * default one is made if missing: open_root()), passes the securedir.c
  * checks and is writable by us, and it appears whole:
  * made as proc/.new.<pid> with its stats file, then renamed to proc/<pid>,
  * so a reader never meets a directory without one.  A proc/<pid> that exists
@@ -171,7 +171,7 @@ static int write_file(int dirfd)
 
 	if (len == P.last_len && memcmp(buf, P.last, len) == 0)
 		return 0;
-	if (control_write_atomic(dirfd, "stats", buf, len, 0644, false) != 0)
+	if (securedir_write_atomic(dirfd, "stats", buf, len, 0644, false) != 0)
 		return -1;
 	memcpy(P.last, buf, len);
 	P.last_len = len;
@@ -256,8 +256,8 @@ static int open_root(const char *dir, char *why, size_t wl)
 	int kind = control_dir_kind();
 
 	if (kind == CONTROL_DIR_GIVEN)
-		return control_open_dir(AT_FDCWD, dir, why, wl);
-	return control_dir_make(dir, kind, why, wl);
+		return securedir_open(AT_FDCWD, dir, why, wl);
+	return securedir_make(dir, kind, why, wl);
 }
 
 /* Create proc/<pid> for this process; see the comment at the top. */
@@ -282,7 +282,7 @@ static void claim(const char *dir)
 	}
 	if (mkdirat(root, "proc", 0755) != 0 && errno != EEXIST)
 		goto out_root;
-	procfd = control_open_dir(root, "proc", why, sizeof(why));
+	procfd = securedir_open(root, "proc", why, sizeof(why));
 	if (procfd < 0) {
 		hp_log(1, "not publishing stats: %s/proc: %s", dir, why);
 		goto out_root;
@@ -320,7 +320,7 @@ static void write_stats(const char *dir)
 	if (root < 0)
 		return;
 	snprintf(rel, sizeof(rel), "proc/%ld", (long)P.pid);
-	fd = control_open_path(root, rel, why, sizeof(why));
+	fd = securedir_open_path(root, rel, why, sizeof(why));
 	close(root);
 	if (fd < 0) {
 		if (errno == ENOENT)
@@ -363,7 +363,7 @@ void publish_exit(void)
 	pthread_mutex_lock(&P.lock);
 	if (dir && P.pid != 0 && P.pid == getpid()) {
 		root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		procfd = root < 0 ? -1 : control_open_dir(root, "proc", why,
+		procfd = root < 0 ? -1 : securedir_open(root, "proc", why,
 							   sizeof(why));
 		if (procfd >= 0) {
 			publish_remove_pid_dir(procfd, P.pid);

@@ -357,7 +357,7 @@ static int open_proc_dir(void)
 		errno = ENOENT;
 		return -1;
 	}
-	root = control_open_dir(AT_FDCWD, dir, why, sizeof(why));
+	root = securedir_open(AT_FDCWD, dir, why, sizeof(why));
 	if (root < 0)
 		return -1;
 	/* proc/<pid> entries belong to the processes' users: read them

@@ -198,7 +198,7 @@ static void *shared_alloc(size_t size, size_t pagesize, int *fd_out)
 	struct shared s;
 	HP_ERRNO_SAVE;
 
-	if (size == 0 || size > ((size_t)1 << 46) ||
+	if (size == 0 || size > HP_MAX_BLOCK ||
 	    (pagesize && !os_pagesize_supported(pagesize))) {
 		errno = size ? (pagesize ? EINVAL : ENOMEM) : EINVAL;
 		return NULL;

@@ -1,12 +1,12 @@
 /* The control directory and the per-process entries, as hpctl sees them.
  * The rules (where the directory is, what makes it acceptable) are the
- * library's: control_dir_resolve() and control_open_dir(). */
+ * library's: control_dir_resolve() and securedir_open(). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
+#include "private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +42,7 @@ int ctl_dir_open(bool create)
 	int fd, kind;
 
 	if (create && control_dir_choose(buf, sizeof(buf), &kind) == 0) {
-		fd = control_dir_make(path, kind, why, sizeof(why));
+		fd = securedir_make(path, kind, why, sizeof(why));
 		if (fd >= 0)
 			return fd;
 		if (errno == EACCES || errno == ELOOP || errno == ENOTDIR)
@@ -51,7 +51,7 @@ int ctl_dir_open(bool create)
 			warnx("cannot create control directory %s: %s", path, why);
 		exit(EXIT_RUNTIME);
 	}
-	fd = control_open_dir(AT_FDCWD, path, why, sizeof(why));
+	fd = securedir_open(AT_FDCWD, path, why, sizeof(why));
 	if (fd >= 0)
 		return fd;
 	if (errno == ENOENT && !create)

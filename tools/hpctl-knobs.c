@@ -5,7 +5,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
+#include "private.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -28,32 +28,21 @@ struct assignment *parse_assignments(int argc, char **argv)
 		exit(EXIT_RUNTIME);
 	}
 	for (int i = 0; i < argc; i++) {
-		const char *eq = strchr(argv[i], '=');
-		size_t n = eq ? (size_t)(eq - argv[i]) : 0;
+		struct hp_knob_info ki;
 
-		if (!eq || n == 0 || n >= sizeof(as[i].name)) {
-			warnx("expected KNOB=VALUE, got '%s'", argv[i]);
+		as[i].knob = hp_knob_parse_assignment(argv[i], as[i].canon,
+						      sizeof(as[i].canon), err, sizeof(err));
+		if (as[i].knob < 0 || hp_knob_info(as[i].knob, &ki) != 0) {
+			warnx("%s", err);
 			bad++;
 			continue;
 		}
-		memcpy(as[i].name, argv[i], n);
-		as[i].name[n] = '\0';
-		as[i].knob = hp_knob_index(as[i].name);
-		if (as[i].knob < 0) {
-			warn_unknown_knob(as[i].name);
-			bad++;
-			continue;
-		}
+		snprintf(as[i].name, sizeof(as[i].name), "%s", ki.name);
 		for (int j = 0; j < i; j++)
 			if (as[j].knob == as[i].knob && as[j].name[0]) {
 				warnx("knob '%s' given more than once", as[i].name);
 				bad++;
 			}
-		if (hp_knob_parse(as[i].name, eq + 1, as[i].canon,
-				  sizeof(as[i].canon), err, sizeof(err)) != 0) {
-			warnx("%s", err);
-			bad++;
-		}
 	}
 	if (bad) {
 		free(as);
@@ -133,7 +122,7 @@ static int write_knob_file(int dirfd, const struct assignment *a)
 		warnx("cannot render %s=%s", a->name, a->canon);
 		return -1;
 	}
-	if (control_write_atomic(dirfd, a->name, body, strlen(body), 0644,
+	if (securedir_write_atomic(dirfd, a->name, body, strlen(body), 0644,
 				 true) != 0) {
 		warnx("cannot write %s: %s", a->name, strerror(errno));
 		return -1;

@@ -30,8 +30,8 @@
 #endif
 
 #include "hpctl.h"
+#include "private.h" /* knob_env_name */
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -144,10 +144,8 @@ static void set_knobs(const struct assignment *as, int n)
 {
 	for (int i = 0; i < n; i++) {
 		char var[80];
-		int len = snprintf(var, sizeof(var), "HPALLOC_%s", as[i].name);
-		for (int p = 8; p < len; p++)
-			var[p] = (char)toupper((unsigned char)var[p]);
-		setenv(var, as[i].canon, 1);
+		if (knob_env_name(as[i].knob, var, sizeof(var)) == 0)
+			setenv(var, as[i].canon, 1);
 	}
 }
 

@@ -14,7 +14,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h"
+#include "private.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -6,7 +6,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h" /* ring_probe, numa_node_next, os_pool_counter, thp_* */
+#include "private.h" /* ring_probe, numa_node_next, os_pool_counter, thp_* */
 
 #include <dirent.h>
 #include <errno.h>

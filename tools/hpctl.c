@@ -10,7 +10,7 @@
 #endif
 
 #include "hpctl.h"
-#include "internal.h" /* lifecycle_tool_mode */
+#include "private.h" /* lifecycle_tool_mode */
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,10 +1,12 @@
 /* hpctl internals shared by its source files.
  *
  * hpctl is a thin adapter: every knob is validated, rendered and parsed by
- * the library (hp_knob_*), the control-directory rules come from lib/control.c
- * (hpctl links the library's convenience archive, so its hidden helpers are
- * reachable), and the per-process entries -- their format and when one is
- * stale -- are read by the library (hp_proc_get / hp_proc_list).
+ * the library (hp_knob_*), the control-directory rules come from
+ * lib/control.c and lib/securedir.c (hpctl links the library's convenience
+ * archive, so the hidden helpers lib/private.h declares are reachable; it
+ * includes no other header of lib/), and the per-process entries -- their
+ * format and when one is stale -- are read by the library (hp_proc_get /
+ * hp_proc_list).
  */
 #ifndef HPCTL_H
 #define HPCTL_H

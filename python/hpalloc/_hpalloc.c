@@ -37,9 +37,15 @@
  * thread, or at interpreter exit.  So handlers are static structs and their
  * capsules are created once and never released: they are immortal. */
 
+/* The handler's name and version, as NumPy reports them
+ * (get_handler_name/_version); exported to hpalloc.numpy as HANDLER_NAME
+ * and HANDLER_VERSION. */
+#define HANDLER_NAME "hpalloc"
+#define HANDLER_VERSION 1
+
 static PyDataMem_Handler knob_handler = {
-	"hpalloc",
-	1,
+	HANDLER_NAME,
+	HANDLER_VERSION,
 	{NULL, hp_ctx_malloc, hp_ctx_calloc, hp_ctx_realloc, hp_ctx_free},
 };
 static PyObject *knob_capsule;
@@ -488,6 +494,22 @@ static PyObject *py_parse_knob(PyObject *self, PyObject *args)
 	return PyUnicode_FromString(canon);
 }
 
+static PyObject *py_parse_assignment(PyObject *self, PyObject *arg)
+{
+	(void)self;
+	const char *word = PyUnicode_AsUTF8(arg);
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX] = "";
+	struct hp_knob_info ki;
+	if (word == NULL)
+		return NULL;
+	int k = hp_knob_parse_assignment(word, canon, sizeof canon, err, sizeof err);
+	if (k < 0 || hp_knob_info(k, &ki) != 0) {
+		PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid KNOB=VALUE");
+		return NULL;
+	}
+	return Py_BuildValue("(ss)", ki.name, canon);
+}
+
 static PyObject *py_unset(PyObject *self, PyObject *args)
 {
 	(void)self;
@@ -657,6 +679,8 @@ static PyMethodDef methods[] = {
 	 "set(knob, value): per-process override; ValueError if refused"},
 	{"parse_knob", py_parse_knob, METH_VARARGS,
 	 "parse_knob(knob, value) -> canonical value; ValueError if refused (nothing changes)"},
+	{"parse_assignment", py_parse_assignment, METH_O,
+	 "parse_assignment('KNOB=VALUE') -> (knob, canonical value); ValueError if refused"},
 	{"unset", py_unset, METH_VARARGS,
 	 "unset(knob=None): drop the per-process override of knob (None: all)"},
 	{"parse_size", py_parse_size, METH_O, "parse_size('4M') -> 4194304"},
@@ -685,11 +709,14 @@ PyMODINIT_FUNC PyInit__hpalloc(void); /* the interpreter's entry point */
 
 /* The NumPy it was built for, readable without importing NumPy:
  * hpalloc.numpy compares it with the NumPy at hand and names the package
- * to rebuild, instead of the traceback of a failed import_array(). */
+ * to rebuild, instead of the traceback of a failed import_array().  And
+ * the handler's name and version, which hpalloc.numpy re-exports. */
 static int add_numpy_build_facts(PyObject *m)
 {
 	return PyModule_AddIntConstant(m, "NUMPY_ABI_VERSION", (long)NPY_ABI_VERSION) ||
-	       PyModule_AddIntConstant(m, "NUMPY_TARGET_VERSION", (long)NPY_FEATURE_VERSION);
+	       PyModule_AddIntConstant(m, "NUMPY_TARGET_VERSION", (long)NPY_FEATURE_VERSION) ||
+	       PyModule_AddStringConstant(m, "HANDLER_NAME", HANDLER_NAME) ||
+	       PyModule_AddIntConstant(m, "HANDLER_VERSION", HANDLER_VERSION);
 }
 
 PyMODINIT_FUNC PyInit__hpalloc(void)

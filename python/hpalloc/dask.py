@@ -275,17 +275,18 @@ class HpallocPlugin(WorkerPlugin):
 def _click_knobs(ctx, param, values):
     """KNOB=VALUE words into {knob: canonical}; a usage error otherwise, so
     `dask worker` refuses to start before any worker exists."""
-    knobs = {}
+    knobs, errors = {}, []
     for word in values:
-        name, eq, value = word.partition("=")
-        if not eq or not name:
-            raise click.BadParameter("expected KNOB=VALUE, got %r (knobs: %s)"
-                                     % (word, " ".join(_config())))
-        knobs[name] = value
-    try:
-        return _canonical(knobs)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        try:
+            name, canon = _hpalloc.parse_assignment(word)  # the library's parser
+        except (ValueError, TypeError) as exc:
+            errors.append(str(exc))
+            continue
+        knobs[name] = canon
+    if errors:
+        raise click.BadParameter("hpalloc: refused knob value%s: %s"
+                                 % ("s" if len(errors) > 1 else "", "; ".join(errors)))
+    return knobs
 
 
 def _click_adapters(ctx, param, value):

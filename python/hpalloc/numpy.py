@@ -81,8 +81,8 @@ __all__ = ["install", "uninstall", "installed", "enabled", "empty", "zeros",
            "shared_empty", "shared_zeros", "is_shared",
            "HANDLER_NAME", "HANDLER_VERSION"]
 
-HANDLER_NAME = "hpalloc"
-HANDLER_VERSION = 1
+HANDLER_NAME = _hpalloc.HANDLER_NAME        # the C handler's, as NumPy reports it
+HANDLER_VERSION = _hpalloc.HANDLER_VERSION
 
 _lock = threading.Lock()
 _installed = False

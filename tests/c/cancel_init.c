@@ -24,40 +24,13 @@ static void *first_call(void *arg)
 	return hp_malloc(64); /* the first hp_* call: initialisation */
 }
 
-static int write_control_file(const char *name, const char *text)
-{
-	char path[4096];
-	const char *dir = getenv("HPALLOC_CONTROL_DIR");
-	snprintf(path, sizeof(path), "%s/%s", dir ? dir : ".", name);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0 || write(fd, text, strlen(text)) < 0 || close(fd) != 0) {
-		cancel_say("cannot write %s\n", path);
-		return -1;
-	}
-	return 0;
-}
-
 static int child_cancel_in_init(void)
 {
 	static struct victim v = {.call = first_call};
-	int bad = 0;
 
-	if (write_control_file("threshold", "bogus\n") < 0)
+	if (cancel_control_file("threshold", "bogus\n") < 0)
 		return 1;
-	cancel_stderr_block();
-	cancel_victim_start(&v);
-	if (!cancel_victim_blocked_in(&v, 1 /* write */, 10000))
-		return 1;
-	cancel_victim_cancel(&v, cancel_stderr_flow);
-	if (!cancel_victim_join(&v)) {
-		cancel_say("FAIL: the thread was not cancelled at all\n");
-		bad = 1;
-	}
-	if (!atomic_load(&v.returned)) {
-		cancel_say("FAIL: the cancellation acted inside hp_malloc's initialisation "
-			   "(hp_init_slow is a cancellation point)\n");
-		bad = 1;
-	}
+	int bad = cancel_victim_in_log(&v, "hp_malloc's initialisation (hp_init_slow)");
 	hp_free(v.result);
 	cancel_watchdog(20, "hp_* calls after a thread was cancelled in hp_init_slow");
 	void *p = hp_malloc(64), *q = hp_malloc(4 * MiB);

@@ -132,6 +132,40 @@ bool cancel_victim_join(struct victim *v)
 	return ret == PTHREAD_CANCELED;
 }
 
+int cancel_victim_in_log(struct victim *v, const char *what)
+{
+	int bad = 0;
+
+	cancel_stderr_block();
+	cancel_victim_start(v);
+	if (!cancel_victim_blocked_in(v, 1 /* write */, 10000))
+		return 1;
+	cancel_victim_cancel(v, cancel_stderr_flow);
+	if (!cancel_victim_join(v)) {
+		cancel_say("FAIL: the thread was not cancelled at all\n");
+		bad = 1;
+	}
+	if (!atomic_load(&v->returned)) {
+		cancel_say("FAIL: the cancellation acted inside %s (it is a cancellation point)\n",
+			   what);
+		bad = 1;
+	}
+	return bad;
+}
+
+int cancel_control_file(const char *name, const char *text)
+{
+	char path[4096];
+	const char *dir = getenv("HPALLOC_CONTROL_DIR");
+	snprintf(path, sizeof(path), "%s/%s", dir ? dir : ".", name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, text, strlen(text)) < 0 || close(fd) != 0) {
+		cancel_say("cannot write %s\n", path);
+		return -1;
+	}
+	return 0;
+}
+
 static void on_alarm(int sig)
 {
 	char buf[512];

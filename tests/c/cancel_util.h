@@ -41,6 +41,13 @@ bool cancel_victim_blocked_in(struct victim *v, long nr, unsigned ms);
 void cancel_victim_cancel(struct victim *v, void (*flow)(void));
 /* Join it (watchdog armed); true if it ended cancelled. */
 bool cancel_victim_join(struct victim *v);
+/* The whole run for a call that blocks writing a log line: standard error
+ * blocked, v started and seen blocked in write(2), cancelled, standard
+ * error flowing again, joined.  0 if the call returned to its caller and
+ * the cancel acted after it; 1 (said why, naming the call what) if not. */
+int cancel_victim_in_log(struct victim *v, const char *what);
+/* Write name (text) into $HPALLOC_CONTROL_DIR: 0, or -1 (said why). */
+int cancel_control_file(const char *name, const char *text);
 /* Fail the process (exit 1) with why if it takes longer than seconds: a
  * call that waits for a lock a dead thread holds never returns. */
 void cancel_watchdog(unsigned seconds, const char *why);

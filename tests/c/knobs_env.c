@@ -340,6 +340,39 @@ static void test_parse_errors_explain(void **state)
 				       err, sizeof(err)), -1);
 }
 
+/* The one KNOB=VALUE parser (hpctl's command line, the Dask option). */
+static void test_parse_assignment(void **state)
+{
+	(void)state;
+	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX];
+	static const char *const refused[][2] = {
+		{"threshold", "expected KNOB=VALUE"},
+		{"=4M", "expected KNOB=VALUE"},
+		{"", "expected KNOB=VALUE"},
+		{"bogus=1", "unknown knob 'bogus'"},
+		{"MODE=thp", "unknown knob 'MODE'"},
+		{"threshold=4Q", "'4Q'"},
+		{"threshold=", "threshold"},
+	};
+
+	assert_int_equal(hp_knob_parse_assignment("threshold=4096K", canon, sizeof(canon),
+						  err, sizeof(err)), hp_knob_index("threshold"));
+	assert_string_equal(canon, "4M");
+	assert_int_equal(hp_knob_parse_assignment("mode=thp", canon, sizeof(canon),
+						  err, sizeof(err)), hp_knob_index("mode"));
+	assert_string_equal(canon, "thp");
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++) {
+		err[0] = '\0';
+		errno = 0;
+		assert_int_equal(hp_knob_parse_assignment(refused[i][0], canon, sizeof(canon),
+							  err, sizeof(err)), -1);
+		assert_int_equal(errno, EINVAL);
+		if (!strstr(err, refused[i][1]))
+			fail_msg("'%s': message '%s' lacks '%s'", refused[i][0], err, refused[i][1]);
+	}
+	assert_int_equal(hp_knob_parse_assignment(NULL, canon, sizeof(canon), err, sizeof(err)), -1);
+}
+
 static void test_set_refused_changes_nothing(void **state)
 {
 	(void)state;
@@ -402,6 +435,7 @@ int main(int argc, char **argv)
 		HTEST(test_verbose_reports_rejects),
 		HTEST(test_table),
 		HTEST(test_parse_errors_explain),
+		HTEST(test_parse_assignment),
 		HTEST(test_set_refused_changes_nothing),
 		HTEST(test_render_and_parse_file),
 	};

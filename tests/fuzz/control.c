@@ -1,5 +1,5 @@
 /* Fuzz target: the control directory as the library reads it -- knob
- * files through control_read_file() and hp_knob_parse_file(), applied to
+ * files through securedir_read_file() and hp_knob_parse_file(), applied to
  * the control layer by the real poll (hp_control_reload), with the file
  * checks (regular, no symlink, owner, mode, size, NUL bytes).
  *

@@ -1,0 +1,93 @@
+/* The library's private functions hpctl calls: the one interface between
+ * lib/ and tools/ beyond the public hpalloc.h.  Not installed.  hpctl links
+ * the library's convenience archive (lib/libhpalloc-core.la), so these
+ * hidden symbols resolve for it; lib/internal.h includes this header, so
+ * each is declared once.  Each is here because hpctl must apply the very
+ * rule the library applies (where the control directory is, what makes a
+ * directory or file trustworthy, a knob's environment variable, the
+ * io_uring probe, the kernel's view of THP and nodes), not a copy of it.
+ */
+#ifndef HP_PRIVATE_H
+#define HP_PRIVATE_H
+
+#include "hpalloc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define HP_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- lifecycle.c ---------------------------------------------------------------- */
+HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
+
+/* ---- knobs.c -------------------------------------------------------------------- */
+/* The knob's environment variable, HPALLOC_<NAME>, into buf (the library
+ * reads it, `hpctl run` sets it): 0, or -1 + errno. */
+HP_HIDDEN int knob_env_name(int knob, char *buf, size_t len);
+
+/* ---- control.c: where the control directory is -------------------------------- */
+#define HP_CONTROL_DIR_ROOT "/run/hpalloc"
+/* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
+ * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
+HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
+/* The same, saying which of the three it chose in *kind. */
+enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
+HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
+
+/* ---- securedir.c: what hpalloc trusts in a directory others can reach ---------
+ * For control.c, publish.c, published.c and hpctl: one place for the rules. */
+#define HP_CONTROL_FILE_MAX 4096
+/* Open the control directory at path as securedir_open() does, making it
+ * first (mode 0755 whatever the umask) if it is missing.  A default one
+ * (kind ROOT or USER) only below a parent no other user can write to:
+ * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
+ * and mode 0700.  fd, or -1 + errno with the reason in why. */
+HP_HIDDEN int securedir_make(const char *path, int kind, char *why, size_t wl);
+/* Open a directory without following a symlink and check it: owned by euid
+ * or root, not group/other-writable.  -1 + errno, reason in why. */
+HP_HIDDEN int securedir_open(int at, const char *name, char *why, size_t wl);
+HP_HIDDEN int securedir_check_fd(int fd, char *why, size_t wl);
+/* Same for every component of a relative path "a/b/c". */
+HP_HIDDEN int securedir_open_path(int at, const char *rel, char *why, size_t wl);
+/* Read a control file with every check (regular, owner, mode, size). */
+HP_HIDDEN int securedir_read_file(int dirfd, const char *name, char *buf,
+				  size_t cap, char *why, size_t wl);
+/* Temporary file in the same directory + (fsync) + rename. */
+HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
+				     const char *data, size_t len, mode_t mode,
+				     bool durable);
+
+/* ---- ring.c --------------------------------------------------------------------- */
+/* Can this process release through io_uring?  The one probe, used by the
+ * janitor's setup and by `hpctl status`; why says what it found. */
+HP_HIDDEN bool ring_probe(char *why, size_t len);
+
+/* ---- os.c ----------------------------------------------------------------------- */
+/* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
+ * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
+HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);
+
+/* ---- numa.c --------------------------------------------------------------------- */
+/* Node n exists on this machine (libnuma's view, taken once). */
+HP_HIDDEN bool numa_node_exists(int node);
+/* The next existing node after `after` (-1: the first), or -1. */
+HP_HIDDEN int numa_node_next(int after);
+
+/* ---- thp.c ---------------------------------------------------------------------- */
+/* The word a file of /sys/kernel/mm/transparent_hugepage selects
+ * ("enabled": "always [madvise] never" -> "madvise"); "unavailable" and -1
+ * if it cannot be read. */
+HP_HIDDEN int thp_setting(const char *file, char *out, size_t len);
+/* One THP page size: its own setting (hugepages-<N>kB/enabled), and
+ * whether it serves madvised memory such as hpalloc's blocks. */
+struct thp_size {
+	size_t size;
+	char enabled[32];
+	bool serves;
+};
+/* Every size the kernel offers, ascending (before multi-size THP: the PMD
+ * size with the top-level setting); at most max; -1 without THP. */
+HP_HIDDEN int thp_sizes(struct thp_size *out, int max);
+
+#endif
