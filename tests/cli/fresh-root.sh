@@ -21,29 +21,10 @@ unset HPALLOC_CONTROL_DIR
 umask 077
 RUN=/run/hpalloc
 
-# start KNOB=VALUE...: a knobwatch with those variables; pid in $watch_pid
-start() {
-	env "$@" "$KNOBWATCH" -t 60 threshold >"$tmp/kw.out" 2>"$tmp/kw.err" &
-	watch_pid=$!
-	wait_after=0
-	bg_pids+=("$watch_pid")
-	wait_for "$tmp/kw.out" '^ready' 5 || fail "knobwatch did not start: $(cat "$tmp/kw.err")"
-	watch_pid=$(sed -n 's/^ready //p' "$tmp/kw.out")
-}
-stop() {
-	kill -TERM "$watch_pid"
-	wait "${bg_pids[@]}" 2>/dev/null
-	bg_pids=()
-}
-# published_within SECONDS: $RUN/proc/$watch_pid/stats appeared
-published_within() {
-	local i
-	for i in $(seq $(($1 * 20))); do
-		[ -f "$RUN/proc/$watch_pid/stats" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
+# start VAR=VALUE...: a knobwatch with those variables (tests/cli/lib.sh)
+start() { kw_start "$KNOBWATCH" env "$@"; }
+stop() { kw_stop; }
+published_within() { kw_published_within "$RUN" "$1"; }
 
 # ---- the first process makes it -------------------------------------------------------
 start HPALLOC_VERBOSE=1

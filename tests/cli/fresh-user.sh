@@ -22,27 +22,10 @@ DIR=$xdg/hpalloc
 
 # as_user VAR=VALUE... CMD...: as nobody, in its own environment
 as_user() { as_nobody env -u LD_PRELOAD "$@"; }
-start() {
-	as_user "$@" "$KW" -t 60 threshold >"$tmp/kw.out" 2>"$tmp/kw.err" &
-	watch_pid=$!
-	wait_after=0
-	bg_pids+=("$watch_pid")
-	wait_for "$tmp/kw.out" '^ready' 5 || fail "knobwatch did not start: $(cat "$tmp/kw.err")"
-	watch_pid=$(sed -n 's/^ready //p' "$tmp/kw.out")
-}
-stop() {
-	kill -TERM "$watch_pid"
-	wait "${bg_pids[@]}" 2>/dev/null
-	bg_pids=()
-}
-published_within() {
-	local i
-	for i in $(seq $(($1 * 20))); do
-		[ -f "$DIR/proc/$watch_pid/stats" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
+# start VAR=VALUE...: a knobwatch with those variables (tests/cli/lib.sh)
+start() { kw_start "$KW" as_user "$@"; }
+stop() { kw_stop; }
+published_within() { kw_published_within "$DIR" "$1"; }
 
 # ---- the first process makes it -------------------------------------------------------------
 start XDG_RUNTIME_DIR="$xdg" HPALLOC_VERBOSE=1

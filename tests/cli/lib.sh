@@ -189,3 +189,33 @@ start_watch() {
 	done
 	fail "knobwatch $watch_pid never published $CTL/proc/$watch_pid/stats"
 }
+
+# ---- a knobwatch in the background (fresh-root.sh, fresh-user.sh) ----------
+# kw_start PROGRAM PREFIX...: `PREFIX... PROGRAM -t 60 threshold` in the
+# background (PREFIX: env VAR=VALUE..., or a wrapper that switches user),
+# its output in $tmp/kw.out and $tmp/kw.err; once it is ready, its pid in
+# $watch_pid.
+kw_start() {
+	local prog=$1
+	shift
+	"$@" "$prog" -t 60 threshold >"$tmp/kw.out" 2>"$tmp/kw.err" &
+	watch_pid=$!
+	wait_after=0
+	bg_pids+=("$watch_pid")
+	wait_for "$tmp/kw.out" '^ready' 5 || fail "knobwatch did not start: $(cat "$tmp/kw.err")"
+	watch_pid=$(sed -n 's/^ready //p' "$tmp/kw.out")
+}
+kw_stop() {
+	kill -TERM "$watch_pid"
+	wait "${bg_pids[@]}" 2>/dev/null
+	bg_pids=()
+}
+# kw_published_within DIR SECONDS: DIR/proc/$watch_pid/stats appeared in time
+kw_published_within() {
+	local i
+	for i in $(seq $(($2 * 20))); do
+		[ -f "$1/proc/$watch_pid/stats" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
