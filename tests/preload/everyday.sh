@@ -13,7 +13,9 @@ if [ -n "${SANITIZER_FLAGS:-}" ]; then
 fi
 export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
 unset LD_PRELOAD
-preloaded() { "$HPCTL" run --check --preload verbose=2 -- "$@"; }
+# mode=thp: the checks below name the backend, and under mode=auto a pool
+# with free pages (another program's, a bench's) would be taken instead
+preloaded() { "$HPCTL" run --check --preload mode=thp verbose=2 -- "$@"; }
 
 # 4 million random lines, ~45 MiB
 awk 'BEGIN { srand(13); for (i = 0; i < 4000000; i++) printf "%d %x\n", int(rand() * 1e9), i }' \
