@@ -219,3 +219,18 @@ kw_published_within() {
 	done
 	return 1
 }
+
+# ---- the preload tests' start (tests/preload/*.sh) --------------------------
+# preload_test_start: skip under a sanitizer (ASan and an interposer of
+# malloc exclude each other; make check-preload-valgrind runs these under
+# memcheck), point hpctl run --preload at the build's library (exported as
+# HPALLOC_PRELOAD_PATH), and run nothing preloaded by accident.
+preload_test_start() {
+	if [ -n "${SANITIZER_FLAGS:-}" ]; then
+		echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
+			"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
+		exit 77
+	fi
+	export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
+	unset LD_PRELOAD
+}

@@ -6,13 +6,7 @@
 # tests/python/test_preload.py.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
-if [ -n "${SANITIZER_FLAGS:-}" ]; then
-	echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
-		"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
-	exit 77
-fi
-export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
-unset LD_PRELOAD
+preload_test_start
 # mode=thp: the checks below name the backend, and under mode=auto a pool
 # with free pages (another program's, a bench's) would be taken instead
 preloaded() { "$HPCTL" run --check --preload mode=thp verbose=2 -- "$@"; }

@@ -7,16 +7,10 @@
 # when the dynamic linker did not load the library (--check).
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
-if [ -n "${SANITIZER_FLAGS:-}" ]; then
-	echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
-		"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
-	exit 77
-fi
-LIB=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
-export HPALLOC_PRELOAD_PATH=$LIB
+preload_test_start
+LIB=$HPALLOC_PRELOAD_PATH
 HOLD=$builddir/tests/preload/hold
 ALLOC=$builddir/tests/preload/alloc
-unset LD_PRELOAD
 
 # ---- an ordinary program, preloaded by hpctl (it does not re-execute) ------------
 expect 0 "$HPCTL" run --preload mode=auto -- "$ALLOC"

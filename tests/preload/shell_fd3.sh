@@ -9,13 +9,7 @@
 # hpalloc's, and the process burns no CPU while it sleeps.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
-if [ -n "${SANITIZER_FLAGS:-}" ]; then
-	echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
-		"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
-	exit 77
-fi
-export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
-unset LD_PRELOAD
+preload_test_start
 
 # big: an 8 MiB string (bash mallocs it, and frees it when x is cleared)
 script='big() { printf -v x "%*s" $((8 << 20)) ""; x=; }

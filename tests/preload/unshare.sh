@@ -7,13 +7,7 @@
 # the first huge block only (lib/janitor.c).
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
-if [ -n "${SANITIZER_FLAGS:-}" ]; then
-	echo "SKIP: AddressSanitizer cannot be combined with an interposer of malloc" \
-		"(make check-preload-valgrind runs the preload tests under memcheck)" >&2
-	exit 77
-fi
-export HPALLOC_PRELOAD_PATH=${HPALLOC_TEST_PRELOAD:?make check sets HPALLOC_TEST_PRELOAD}
-unset LD_PRELOAD
+preload_test_start
 command -v unshare >/dev/null || skip_test other "no unshare(1) (util-linux) here"
 
 # What the kernel allows without hpalloc decides whether this can run.
