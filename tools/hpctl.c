@@ -273,6 +273,31 @@ static int command_option(struct hpctl *c, const struct command *cmd,
 	return 2;
 }
 
+/* Every command but run: positional arguments, among which global options
+ * and the command's own may follow the command.  c->argv is a copy the
+ * caller frees. */
+static void split_positional(struct hpctl *c, const struct command *cmd,
+			     int argc, char **argv, int i)
+{
+	int n;
+
+	c->argv = calloc((size_t)argc + 1, sizeof(char *));
+	if (!c->argv) {
+		warnx("out of memory");
+		exit(EXIT_RUNTIME);
+	}
+	while (i < argc) {
+		if ((n = global_option(c, argc, argv, i)) ||
+		    (n = command_option(c, cmd, argc, argv, i))) {
+			i += n;
+			continue;
+		}
+		if (argv[i][0] == '-' && strcmp(argv[i], "--all") != 0)
+			die_usage("unknown option '%s'", argv[i]);
+		c->argv[c->argc++] = argv[i++];
+	}
+}
+
 static void parse_args(struct hpctl *c, int argc, char **argv,
 		       const struct command **cmd)
 {
@@ -292,30 +317,16 @@ static void parse_args(struct hpctl *c, int argc, char **argv,
 	}
 	if (!*cmd)
 		die_usage("no command given");
-	if ((*cmd)->fn == cmd_run) {
+	if ((*cmd)->fn == cmd_run)
 		split_run(c, argc, argv, i);
-		return;
-	}
-	/* Positional arguments, global options may follow the command. */
-	c->argv = calloc((size_t)argc + 1, sizeof(char *));
-	if (!c->argv) {
-		warnx("out of memory");
-		exit(EXIT_RUNTIME);
-	}
-	while (i < argc) {
-		if ((n = global_option(c, argc, argv, i)) ||
-		    (n = command_option(c, *cmd, argc, argv, i))) {
-			i += n;
-			continue;
-		}
-		if (argv[i][0] == '-' && strcmp(argv[i], "--all") != 0)
-			die_usage("unknown option '%s'", argv[i]);
-		c->argv[c->argc++] = argv[i++];
-	}
+	else
+		split_positional(c, *cmd, argc, argv, i);
+	/* global options given before a command they do not apply to */
 	if (c->pid && !(*cmd)->takes_pid)
 		die_usage("-p PID works with get, set and reset only");
-	if (c->json && (*cmd)->fn == cmd_top)
-		die_usage("top has no --json (use stats --json)");
+	if (c->json && ((*cmd)->fn == cmd_top || (*cmd)->fn == cmd_run))
+		die_usage("%s has no --json%s", (*cmd)->name,
+			  (*cmd)->fn == cmd_top ? " (use stats --json)" : "");
 }
 
 int main(int argc, char **argv)

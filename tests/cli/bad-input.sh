@@ -155,6 +155,9 @@ run threshold=8M
 run threshold=8M --
 !run threshold=bad -- true
 run bogus=1 -- true
+-p 123 run true
+-p 123 run --check
+--json run true
 # completion helpers
 --list-choices
 --list-choices bogus
