@@ -63,7 +63,7 @@ class Contender:
     workload (hp-best); it runs only those workloads."""
 
     def __init__(self, name, label, env=None, preload=None, package=None,
-                 run=None, pools=False, per_workload=None):
+                 run=None, pools=False, per_workload=None, only=None):
         self.name, self.label = name, label
         self.env = dict(env or {})
         self.preload, self.package = preload, package
@@ -71,6 +71,7 @@ class Contender:
         self.hpalloc = run is not None or per_workload is not None
         self.pools = pools  # needs --pools
         self.per_workload = per_workload
+        self.only = only  # the workloads a peer's switch applies to (None: all)
         self.skip_reason = None
 
     def uses_hpctl(self):
@@ -78,6 +79,8 @@ class Contender:
         return any(r in ("hpctl", "hpctl-preload") for r in runs)
 
     def runs(self, workload):
+        if self.only is not None and workload not in self.only:
+            return False
         return self.per_workload is None or workload in self.per_workload
 
     def how(self, workload):
@@ -139,9 +142,20 @@ def config_name(c, workload):
 def all_contenders():
     lib = lambda so: os.path.join(LIBDIR_SYS, so)  # noqa: E731
     return [
-        Contender("numpy", "NumPy default"),
+        # NumPy's default madvises its own buffers >= 4 MiB (NumPy 2.x its
+        # calloc'd ones too): the huge pages a NumPy user has with no install
+        Contender("numpy", "NumPy default (its hugepage madvise)"),
         Contender("numpy-nomadv", "NumPy, NUMPY_MADVISE_HUGEPAGE=0",
                   env={"NUMPY_MADVISE_HUGEPAGE": "0"}),
+        # glibc >= 2.35's own switches: THP for its mmap'd chunks and heap
+        # (1), hugetlb pages from the pool (2)
+        Contender("glibc-thp", "glibc, GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
+                  env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}),
+        Contender("glibc-hugetlb", "glibc, GLIBC_TUNABLES=glibc.malloc.hugetlb=2 (pool)",
+                  env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"}, pools=True),
+        # PyTorch >= 2.2: madvise(MADV_HUGEPAGE) on its CPU buffers >= 2 MiB
+        Contender("torch-thp", "PyTorch, THP_MEM_ALLOC_ENABLE=1",
+                  env={"THP_MEM_ALLOC_ENABLE": "1"}, only={"torch"}),
         Contender("tcmalloc", "tcmalloc", preload=lib("libtcmalloc_minimal.so.4"),
                   package="libtcmalloc-minimal4"),
         Contender("jemalloc", "jemalloc", preload=lib("libjemalloc.so.2"),
@@ -200,6 +214,7 @@ APP_NEEDS = {"groupby": ("pandas", "python3-pandas"), "merge": ("pandas", "pytho
              "kmeans": ("sklearn", "python3-sklearn"), "fft": ("scipy", "python3-scipy"),
              "numba": ("numba", "python3-numba"), "torch": ("torch", "python3-torch"),
              "dask": ("dask.array", "python3-dask")}
+PIP_NAMES = {"sklearn": "scikit-learn", "dask.array": "'dask[array]'"}
 
 
 # ---- machine state: pools, hugetlbfs, page reporting ---------------------------------
@@ -293,6 +308,39 @@ def first_line_with(path, key):
     return "?"
 
 
+# The Python stack a report is about: the interpreter running the bench
+# (Debian's python3, or a venv's python with PyPI's releases).
+STACK_MODULES = ("numpy", "pandas", "scipy", "sklearn", "numba", "torch", "dask", "pyarrow")
+
+
+def in_venv():
+    return sys.prefix != sys.base_prefix
+
+
+def stack_versions():
+    """module -> version, for the STACK_MODULES this interpreter imports."""
+    code = ("import importlib, json\n"
+            "v = {}\n"
+            "for m in %r:\n"
+            "    try:\n"
+            "        v[m] = importlib.import_module(m).__version__\n"
+            "    except Exception:\n"
+            "        pass\n"
+            "print(json.dumps(v))\n" % (STACK_MODULES,))
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True).stdout
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {}
+
+
+def stack_description():
+    versions = stack_versions()
+    where = "venv %s (PyPI)" % sys.prefix if in_venv() else "%s (system)" % PYTHON
+    return "%s: %s" % (where, ", ".join("%s %s" % (m, versions[m]) for m in STACK_MODULES
+                                          if m in versions) or "no NumPy")
+
+
 def machine_description():
     def cat(path):
         try:
@@ -300,9 +348,6 @@ def machine_description():
                 return f.read().strip()
         except OSError:
             return "?"
-    numpy_version = subprocess.run(
-        ["/usr/bin/python3", "-c", "import numpy; print(numpy.__version__)"],
-        capture_output=True, text=True).stdout.strip() or "?"
     mem_kib = int(first_line_with("/proc/meminfo", "MemTotal").split()[0])
     return {
         "cpu": first_line_with("/proc/cpuinfo", "model name"),
@@ -311,7 +356,8 @@ def machine_description():
         "kernel": platform.release(),
         "thp": cat("/sys/kernel/mm/transparent_hugepage/enabled"),
         "thp_defrag": cat("/sys/kernel/mm/transparent_hugepage/defrag"),
-        "numpy": numpy_version,
+        "numpy": stack_versions().get("numpy", "?"),
+        "stack": stack_description(),
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": cat("/proc/loadavg"),
@@ -401,7 +447,9 @@ def missing_libraries(workloads):
         if w in APP_NEEDS:
             module, package = APP_NEEDS[w]
             if subprocess.run([PYTHON, "-c", "import " + module], capture_output=True).returncode:
-                missing[w] = "%s is not installed: apt-get install %s" % (module, package)
+                how = ("pip install " + PIP_NAMES.get(module, module) if in_venv()
+                       else "apt-get install " + package)
+                missing[w] = "%s is not installed: %s" % (module, how)
     return missing
 
 
@@ -624,7 +672,7 @@ SUMMARY_ROWS = [("temp256M", None, "temporaries 256 MiB, ÷ in-place"),
                 ("numba", None, "Numba `@njit`, ten 128 MiB temporaries, s"),
                 ("torch", None, "PyTorch, ten `(a * 2 + b).sum()`, s"),
                 ("dask", None, "Dask `(x + x.T).sum()`, 1 GiB, s")]
-HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc")
+HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp")
 
 
 def summary_value(s, key):
@@ -651,9 +699,9 @@ def summary_table(summary, contenders):
     units = {w: u for w, _, _, u in WORKLOADS}
     by_name = {c.name: c for c in contenders}
     hp_names = [c.name for c in contenders if c.hpalloc and not c.name.endswith("ctl")]
-    head = ["workload", "NumPy default", "tcmalloc", "jemalloc", "mimalloc",
+    head = ["workload", "NumPy default", "tcmalloc", "jemalloc", "mimalloc", "glibc hugetlb=1",
             "hpalloc, default knobs", "hpalloc, best", "best hpalloc ÷ best peer"]
-    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 7]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for w, key, title in SUMMARY_ROWS:
         if w not in summary:
             continue
@@ -676,8 +724,11 @@ def summary_table(summary, contenders):
 
 # ---- targets (issues 6 and 17) ---------------------------------------------------------------------
 
-PEERS = ("numpy", "numpy-nomadv", "tcmalloc", "jemalloc", "mimalloc", "libhugetlbfs")
-HUGE_PEERS = ("libhugetlbfs",)  # in the table as a huge-page allocator
+PEERS = ("numpy", "numpy-nomadv", "tcmalloc", "jemalloc", "mimalloc", "libhugetlbfs",
+         "glibc-thp", "glibc-hugetlb", "torch-thp")
+# in the table as huge-page allocators: one that held no hugetlb page here
+# is NumPy's default under another name
+HUGE_PEERS = ("libhugetlbfs", "glibc-hugetlb")
 # As a user switches hpalloc on: `hpctl run`, with --preload where that is
 # what it takes, with the workload's best knobs.
 AS_USERS = ("hp-run", "hp-preload", "hp-best")
@@ -824,6 +875,8 @@ def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_m
          "**Machine:** %(cpu)s, %(cores)s cores, %(memory)s, kernel %(kernel)s, "
          "THP `%(thp)s` (defrag `%(thp_defrag)s`), NumPy %(numpy)s, Python %(python)s; "
          "%(date)s, load at start %(load)s." % machine_info,
+         "",
+         "**Python stack:** %s." % machine_info.get("stack", "not recorded"),
          "",
          "**Run:** %d rounds × each workload in its own process per contender, contenders "
          "interleaved (order reversed every other round); per process %d warm-up and %d+ "
