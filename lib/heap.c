@@ -22,13 +22,6 @@ pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
  * without huge pages, and keep the parent's pages shared). */
 static unsigned heap_fork_gen;
 
-static void *fail_enomem(void)
-{
-	stat_add(HP_STAT_FAILURES, 1);
-	errno = ENOMEM;
-	return NULL;
-}
-
 /* ---- registry of live huge blocks ------------------------------------------------
  * Written under hp_heap_lock (a block leaves it and enters the cache in one
  * critical section), and also under reg_lock, the innermost lock of all:
@@ -434,9 +427,6 @@ static void *publish_block(struct hp_block *b)
 	stats_block_live(b, true);
 	return b->map.addr;
 }
-
-/* Larger than any x86-64 address space: refuse before rounding can wrap. */
-#define HP_MAX_BLOCK ((size_t)1 << 46)
 
 /* A THP block: cached, else from the cache's pieces, else fresh. */
 static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)

@@ -342,6 +342,13 @@ static inline void stat_sub(int s, uint64_t n)
 HP_HIDDEN void stats_live_add(int backend, size_t bytes);
 HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
 HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
+/* An allocation that fails (huge or small path): counted, and ENOMEM. */
+static inline void *fail_enomem(void)
+{
+	stat_add(HP_STAT_FAILURES, 1);
+	errno = ENOMEM;
+	return NULL;
+}
 
 /* ---- fork: one convention for every module.  Each module with state that
  * fork can tear has a hook `<module>_fork(int phase)`: FORK_PREPARE takes

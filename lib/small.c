@@ -76,13 +76,6 @@ static struct small_cache *cache_get(void)
 	return my_cache = c;
 }
 
-static void *fail_enomem(void)
-{
-	stat_add(HP_STAT_FAILURES, 1);
-	errno = ENOMEM;
-	return NULL;
-}
-
 static inline void *handout(void *p, size_t size)
 {
 	header(p)->size = size;
