@@ -1,5 +1,5 @@
-/* hp_malloc & co: route by size, keep a registry of huge blocks, realloc
- * across every transition.
+/* hp_malloc & co: route by size, source huge blocks and put them in the
+ * registry (registry.c), realloc across every transition.
  *
  * Routing on free is by address, never by size or knobs: every huge block
  * starts on a 2 MiB (or 1 GiB) boundary, so a pointer that is not 2 MiB
@@ -21,71 +21,6 @@ pthread_mutex_t hp_heap_lock = PTHREAD_MUTEX_INITIALIZER;
  * splits each huge page into 4 KiB copies (a reuse would hand out a block
  * without huge pages, and keep the parent's pages shared). */
 static unsigned heap_fork_gen;
-
-/* ---- registry of live huge blocks ------------------------------------------------
- * Written under hp_heap_lock (a block leaves it and enters the cache in one
- * critical section), and also under reg_lock, the innermost lock of all:
- * readers (hp_owns, lookups) take reg_lock alone, and nothing is called
- * while it is held.  So the free() of an interposer, which asks hp_owns()
- * about every 2 MiB aligned pointer, is safe wherever it is called from --
- * also from hpalloc's own code holding its other locks (release.c frees
- * block records under rel_lock), where hp_heap_lock would invert the order. */
-
-#define REG_BITS 12
-static struct hp_block *registry[1u << REG_BITS];
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static inline size_t reg_slot(const void *addr)
-{
-	return (size_t)((((uintptr_t)addr >> 21) * 0x9E3779B97F4A7C15ull) >> (64 - REG_BITS));
-}
-
-static void reg_insert(struct hp_block *b)
-{
-	size_t i = reg_slot(b->map.addr);
-	pthread_mutex_lock(&reg_lock);
-	b->hnext = registry[i];
-	registry[i] = b;
-	pthread_mutex_unlock(&reg_lock);
-}
-
-static struct hp_block *reg_find(const void *addr, bool remove)
-{
-	struct hp_block *b = NULL;
-
-	pthread_mutex_lock(&reg_lock);
-	for (struct hp_block **pp = &registry[reg_slot(addr)]; *pp; pp = &(*pp)->hnext)
-		if ((*pp)->map.addr == addr) {
-			b = *pp;
-			if (remove)
-				*pp = b->hnext;
-			break;
-		}
-	pthread_mutex_unlock(&reg_lock);
-	return b;
-}
-
-/* Block whose mapping contains addr (interior pointers; slow, for reports). */
-static struct hp_block *reg_find_containing(const void *addr)
-{
-	struct hp_block *found = NULL;
-
-	pthread_mutex_lock(&reg_lock);
-	for (size_t i = 0; i < (1u << REG_BITS) && !found; i++)
-		for (struct hp_block *b = registry[i]; b; b = b->hnext)
-			if ((const char *)addr >= (char *)b->map.addr &&
-			    (const char *)addr < (char *)b->map.addr + b->map.len) {
-				found = b;
-				break;
-			}
-	pthread_mutex_unlock(&reg_lock);
-	return found;
-}
-
-static inline bool maybe_huge(const void *p)
-{
-	return ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0;
-}
 
 /* ---- huge path ------------------------------------------------------------------ */
 
@@ -551,13 +486,6 @@ void heap_fork(int phase)
 	release_flush(true); /* no janitor, no ring in the child yet */
 }
 
-/* Taken last before a fork, after every other lock: a thread holding one of
- * those may still free() through hp_owns(), which takes this one. */
-void heap_registry_fork(int phase)
-{
-	fork_mutex(&reg_lock, phase);
-}
-
 static inline bool wants_huge(size_t size)
 {
 	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
@@ -621,16 +549,11 @@ void hp_free_sized(void *ptr, size_t size)
 	hp_free(ptr);
 }
 
-static struct hp_block *lookup(const void *ptr)
-{
-	return maybe_huge(ptr) ? reg_find(ptr, false) : NULL;
-}
-
 size_t hp_usable_size(const void *ptr)
 {
 	if (!ptr)
 		return 0;
-	struct hp_block *b = lookup(ptr);
+	struct hp_block *b = reg_lookup(ptr);
 	return b ? b->map.len : small_usable(ptr);
 }
 
@@ -717,7 +640,7 @@ static void *realloc_ctx(void *ptr, size_t size, const struct hp_ctx *ctx)
 		return alloc_ctx(forced(ctx) && !size ? 1 : size, ctx, false);
 	if (size == 0)
 		size = 1; /* keep a valid block: NumPy never expects NULL here */
-	struct hp_block *b = lookup(ptr);
+	struct hp_block *b = reg_lookup(ptr);
 	if (b)
 		return realloc_huge(b, size, ctx);
 	if (forced(ctx) || wants_huge(size))
@@ -866,7 +789,7 @@ void hp_ctx_free(void *ctx, void *ptr, size_t size)
 
 int hp_owns(const void *ptr)
 {
-	return ptr && lookup(ptr) != NULL;
+	return ptr && reg_lookup(ptr) != NULL;
 }
 
 /* The interposers' fast path: one relaxed load for the common answer.
@@ -921,7 +844,7 @@ int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out
 
 static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
 {
-	struct hp_block *b = ptr && out ? lookup(ptr) : NULL;
+	struct hp_block *b = ptr && out ? reg_lookup(ptr) : NULL;
 	bool to_small;
 	HP_ERRNO_SAVE; /* mremap trying in place first, then moving */
 

@@ -4,11 +4,12 @@
  *
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
- *   heap.c     hp_malloc & co: routing by size and address, registry of
- *              huge blocks, block sourcing (cache, pieces cut and joined,
+ *   heap.c     hp_malloc & co: routing by size and address, block
+ *              sourcing (cache, pieces cut and joined,
  *              fresh mappings, fallback), realloc, contexts (hp_ctx*), the
  *              huge path alone for interposers (hp_huge_*, hp_owns), the
  *              backing reports (hp_backing*), hp_cache_flush
+ *   registry.c  the live huge blocks, by the address they start at
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -39,7 +40,7 @@
  *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
  * Who may touch a huge block when: see the top of release.c (live in
- * heap.c's registry, cached in cache.c, releasing in release.c; exactly one
+ * registry.c's registry, cached in cache.c, releasing in release.c; exactly one
  * at a time, handed over under hp_heap_lock).
  */
 #ifndef HP_INTERNAL_H
@@ -248,6 +249,20 @@ struct hp_block {
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
 
+/* ---- registry.c: the live huge blocks (its first comment: who may touch them when) -- */
+/* Every huge block starts on a 2 MiB boundary: no other pointer is one. */
+static inline bool maybe_huge(const void *p)
+{
+	return ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0;
+}
+HP_HIDDEN void reg_insert(struct hp_block *b);
+/* The block starting at addr, taken out of the registry if remove; NULL. */
+HP_HIDDEN struct hp_block *reg_find(const void *addr, bool remove);
+/* The live huge block ptr is, or NULL (small, or not ours). */
+HP_HIDDEN struct hp_block *reg_lookup(const void *ptr);
+/* The block whose mapping contains addr (slow: for reports). */
+HP_HIDDEN struct hp_block *reg_find_containing(const void *addr);
+
 /* ---- small.c: blocks below threshold -------------------------------------- */
 HP_HIDDEN void *small_alloc(size_t size, bool zero);
 HP_HIDDEN void small_free(void *p);
@@ -356,7 +371,7 @@ static inline void *fail_enomem(void)
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
  * control > publish > knobs > heap > shared > release > ring > janitor >
- * stats > heap's registry lock, under which nothing is called), the parent
+ * stats > registry.c's reg_lock, under which nothing is called), the parent
  * and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
@@ -370,7 +385,7 @@ static inline void fork_mutex(pthread_mutex_t *m, int phase)
 }
 HP_HIDDEN void knobs_fork(int phase);
 HP_HIDDEN void heap_fork(int phase);
-HP_HIDDEN void heap_registry_fork(int phase); /* last: see heap.c */
+HP_HIDDEN void registry_fork(int phase); /* last: see registry.c */
 HP_HIDDEN void shared_fork(int phase);
 HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
