@@ -29,48 +29,6 @@ struct plan {
 	size_t pagesize;
 };
 
-/* A context: who allocates (origin, for the stats) and, when pagesize is
- * not 0, hugetlb pages of that size forced whatever threshold and mode say;
- * a derived one (hp_ctx_numa) also places its blocks by its own policy
- * instead of the numa knob's.  All of them live as long as the process
- * (static, or interned and never freed), so handlers holding one never
- * outlive it. */
-struct hp_ctx {
-	int origin;
-	size_t pagesize;
-	bool has_numa;         /* numa below, not the knob's */
-	hp_numa_t numa;
-	struct hp_ctx *next;   /* interned derived contexts */
-};
-#define CTX_PAGESIZES 3 /* follow the knobs, 2 MiB, 1 GiB */
-/* Filled in here, never written after: hp_ctx() is called from whichever
- * thread allocates first while other threads read the same context. */
-#define CTX_ENTRY(o, ps) {.origin = (o), .pagesize = (ps)} /* no numa of its own */
-#define CTX_ROW(o) {CTX_ENTRY(o, 0), CTX_ENTRY(o, 2 * HP_MiB), CTX_ENTRY(o, HP_GiB)}
-static struct hp_ctx contexts[HP_ORIGIN_COUNT][CTX_PAGESIZES] = {
-	CTX_ROW(HP_ORIGIN_API),   CTX_ROW(HP_ORIGIN_NUMPY), CTX_ROW(HP_ORIGIN_PYTHON),
-	CTX_ROW(HP_ORIGIN_TORCH), CTX_ROW(HP_ORIGIN_NUMBA), CTX_ROW(HP_ORIGIN_PRELOAD),
-};
-_Static_assert(HP_ORIGIN_COUNT == 6, "a CTX_ROW for every origin");
-
-static inline bool forced(const struct hp_ctx *ctx)
-{
-	return ctx && ctx->pagesize;
-}
-
-static inline int origin_of(const struct hp_ctx *ctx)
-{
-	return ctx ? ctx->origin : HP_ORIGIN_API;
-}
-
-/* The placement of a new block: the context's, else the knob's. */
-static inline hp_numa_t numa_of(const struct hp_ctx *ctx)
-{
-	if (ctx && ctx->has_numa)
-		return ctx->numa;
-	return atomic_load_explicit(&hp_cfg.numa, memory_order_relaxed);
-}
-
 /* Which kind of block to try first, from the knobs (or a forcing ctx);
  * auto only plans a page size whose pool has free pages where numa allows,
  * with room left for fork's copies (os_pool_ready_private). */
@@ -671,82 +629,7 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 	return huge_alloc(size ? size : 1, ctx, zero != 0);
 }
 
-/* ---- NEP 49 entry points ---------------------------------------------------------- */
-
-static bool pagesize_supported(size_t pagesize)
-{
-	HP_NOCANCEL_BEGIN; /* the first call lists the kernel's page sizes */
-	bool ok = os_pagesize_supported(pagesize);
-	HP_NOCANCEL_END;
-	return ok;
-}
-
-void *hp_ctx(int origin, size_t pagesize)
-{
-	int slot = pagesize == 0 ? 0 : pagesize == 2 * HP_MiB ? 1 : pagesize == HP_GiB ? 2 : -1;
-
-	if (origin < 0 || origin >= HP_ORIGIN_COUNT || slot < 0 ||
-	    (pagesize && !pagesize_supported(pagesize))) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return &contexts[origin][slot];
-}
-
-void *hp_ctx_pagesize(size_t pagesize)
-{
-	if (pagesize == 0) { /* not a page size: hp_ctx() would follow the knobs */
-		errno = EINVAL;
-		return NULL;
-	}
-	return hp_ctx(HP_ORIGIN_API, pagesize);
-}
-
-/* Derived contexts: pushed onto a list, lock-free and never freed, so a
- * fork or a signal finds it whole and a handler's context lives forever. */
-static _Atomic(struct hp_ctx *) derived;
-
-static struct hp_ctx *find_derived(struct hp_ctx *from, const struct hp_ctx *want)
-{
-	for (struct hp_ctx *c = from; c; c = c->next)
-		if (c->origin == want->origin && c->pagesize == want->pagesize && c->numa == want->numa)
-			return c;
-	return NULL;
-}
-
-void *hp_ctx_numa(void *ctx, const char *policy)
-{
-	const struct hp_ctx *base = ctx ? ctx : hp_ctx(HP_ORIGIN_API, 0);
-	uint64_t numa;
-	HP_ERRNO_SAVE;
-
-	hp_init();
-	HP_NOCANCEL_BEGIN; /* the first parse asks libnuma for the nodes */
-	int rc = knobs_parse(KNOB_NUMA, policy, &numa, NULL, 0);
-	HP_NOCANCEL_END;
-	if (rc < 0)
-		return NULL; /* EINVAL; hp_knob_parse("numa", ...) says why */
-	struct hp_ctx want = {.origin = base->origin, .pagesize = base->pagesize,
-			      .has_numa = true, .numa = numa};
-	struct hp_ctx *head = atomic_load(&derived), *c, *mine = NULL;
-	for (;;) {
-		if ((c = find_derived(head, &want)))
-			break;
-		if (!mine && !(mine = malloc(sizeof(*mine))))
-			return NULL; /* ENOMEM */
-		*mine = want;
-		mine->next = head;
-		if (atomic_compare_exchange_weak(&derived, &head, mine)) {
-			c = mine;
-			mine = NULL;
-			break;
-		}
-		/* another thread pushed first: head is the new head, look again */
-	}
-	free(mine); /* the same context was interned by another thread */
-	HP_ERRNO_RESTORE;
-	return c;
-}
+/* ---- allocation through a context (context.c): NEP 49 handler, Numba, PyTorch ------- */
 
 void *hp_ctx_malloc(void *ctx, size_t size)
 {

@@ -4,12 +4,14 @@
  *
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
- *   heap.c     hp_malloc & co: routing by size and address, block
- *              sourcing (cache, pieces cut and joined,
- *              fresh mappings, fallback), realloc, contexts (hp_ctx*), the
- *              huge path alone for interposers (hp_huge_*, hp_owns), the
+ *   heap.c     hp_malloc & co: routing by size and address, block sourcing
+ *              (cache, pieces cut and joined, fresh mappings, fallback),
+ *              realloc, allocation through a context (hp_ctx_malloc & co),
+ *              the huge path alone for interposers (hp_huge_*, hp_owns), the
  *              backing reports (hp_backing*), hp_cache_flush
  *   registry.c  the live huge blocks, by the address they start at
+ *   context.c  contexts: what hp_ctx, hp_ctx_pagesize and hp_ctx_numa give
+ *              (origin, forced page size, placement), interned for good
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -262,6 +264,35 @@ HP_HIDDEN struct hp_block *reg_find(const void *addr, bool remove);
 HP_HIDDEN struct hp_block *reg_lookup(const void *ptr);
 /* The block whose mapping contains addr (slow: for reports). */
 HP_HIDDEN struct hp_block *reg_find_containing(const void *addr);
+
+/* ---- context.c: contexts (hp_ctx, hp_ctx_pagesize, hp_ctx_numa) ------------------
+ * Who allocates (origin, for the stats) and, when pagesize is not 0,
+ * hugetlb pages of that size forced whatever threshold and mode say; a
+ * derived one (hp_ctx_numa) also places its blocks by its own policy
+ * instead of the numa knob's.  All of them live as long as the process
+ * and are never written once handed out (context.c says how). */
+struct hp_ctx {
+	int origin;
+	size_t pagesize;
+	bool has_numa;         /* numa below, not the knob's */
+	hp_numa_t numa;
+	struct hp_ctx *next;   /* interned derived contexts */
+};
+static inline bool forced(const struct hp_ctx *ctx)
+{
+	return ctx && ctx->pagesize;
+}
+static inline int origin_of(const struct hp_ctx *ctx)
+{
+	return ctx ? ctx->origin : HP_ORIGIN_API;
+}
+/* The placement of a new block: the context's, else the knob's. */
+static inline hp_numa_t numa_of(const struct hp_ctx *ctx)
+{
+	if (ctx && ctx->has_numa)
+		return ctx->numa;
+	return atomic_load_explicit(&hp_cfg.numa, memory_order_relaxed);
+}
 
 /* ---- small.c: blocks below threshold -------------------------------------- */
 HP_HIDDEN void *small_alloc(size_t size, bool zero);
