@@ -79,7 +79,7 @@ struct hp_block *cache_take_at_least(uint64_t kind, size_t len)
 	return NULL;
 }
 
-/* Walks of the whole cache: only growth and the pieces' path (heap.c) ask,
+/* Walks of the whole cache: only growth and the pieces' path (pieces.c) ask,
  * both instead of mapping fresh memory, and the cache holds few blocks
  * (cache_max over threshold at most). */
 static struct hp_block *find_at(uint64_t family, const void *addr)

@@ -5,13 +5,15 @@
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
  *   heap.c     hp_malloc & co: routing by size and address, block sourcing
- *              (cache, pieces cut and joined, fresh mappings, fallback),
+ *              (cache, pieces, fresh mappings, fallback),
  *              realloc, allocation through a context (hp_ctx_malloc & co),
  *              the huge path alone for interposers (hp_huge_*, hp_owns), the
  *              backing reports (hp_backing*), hp_cache_flush
  *   registry.c  the live huge blocks, by the address they start at
  *   context.c  contexts: what hp_ctx, hp_ctx_pagesize and hp_ctx_numa give
  *              (origin, forced page size, placement), interned for good
+ *   pieces.c   the cache's THP memory for any size: cached blocks cut,
+ *              cached pieces of one mapping joined, a block grown over them
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -250,6 +252,9 @@ struct hp_block {
 	int bucket;
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
+/* b (the caller's alone) is about to be cached: its pages become the
+ * kernel's to take under pressure (heap.c says why). */
+HP_HIDDEN void offer_to_kernel(struct hp_block *b);
 
 /* ---- registry.c: the live huge blocks (its first comment: who may touch them when) -- */
 /* Every huge block starts on a 2 MiB boundary: no other pointer is one. */
@@ -264,6 +269,16 @@ HP_HIDDEN struct hp_block *reg_find(const void *addr, bool remove);
 HP_HIDDEN struct hp_block *reg_lookup(const void *ptr);
 /* The block whose mapping contains addr (slow: for reports). */
 HP_HIDDEN struct hp_block *reg_find_containing(const void *addr);
+
+/* ---- pieces.c: the cache's THP memory cut and joined (its first comment) ---------- */
+/* A number no other mapping of this process has: a new mapping's family. */
+HP_HIDDEN uint64_t pieces_new_family(void);
+/* A THP block of kind (THP, numa) for size, cut from a larger cached one
+ * or joined from cached pieces of one family and cut; NULL if none. */
+HP_HIDDEN struct hp_block *thp_from_pieces(size_t size, hp_numa_t numa);
+/* THP block b (the caller's, not inherited) grown toward size over the
+ * cached pieces of its family that follow it. */
+HP_HIDDEN void grow_over_cache(struct hp_block *b, size_t size);
 
 /* ---- context.c: contexts (hp_ctx, hp_ctx_pagesize, hp_ctx_numa) ------------------
  * Who allocates (origin, for the stats) and, when pagesize is not 0,
@@ -322,7 +337,7 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
-/* For heap.c's pieces, which cut what they take: a block of kind at least
+/* For pieces.c, which cuts what it takes: a block of kind at least
  * len long, whatever it wastes; the block of family starting at addr;
  * cached pieces of kind lying side by side in one family, as many from the
  * first as span len (linked by ->next in address order), or NULL. */
