@@ -630,57 +630,7 @@ int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
 	return rc;
 }
 
-/* ---- reports and maintenance ------------------------------------------------------- */
-
-int hp_backing(const void *ptr, struct hp_backing *out)
-{
-	if (!ptr || !out) {
-		errno = EINVAL;
-		return -1;
-	}
-	HP_ERRNO_SAVE;
-	hp_init();
-	*out = (struct hp_backing){.backend = HP_BACKEND_SMALL, .requested_page_size = HP_BASE_PAGE};
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = reg_find_containing(ptr);
-	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
-	pthread_mutex_unlock(&hp_heap_lock);
-	bool found = b || shared_lookup(ptr, &m);
-	int rc;
-	if (!found) { /* libc memory, maybe not even ours: read no header, report the page */
-		rc = hp_kernel_backing(ptr, 1, &out->kernel);
-	} else {
-		out->backend = m.backend;
-		out->usable_size = out->mapping_size = m.len;
-		out->requested_page_size = m.backend == HP_BACKEND_HUGETLB ? m.pagesize :
-					   m.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
-		rc = hp_kernel_backing(m.addr, m.len, &out->kernel);
-	}
-	if (rc == 0)
-		HP_ERRNO_RESTORE;
-	return rc;
-}
-
-int hp_backing_numa(const void *ptr, struct hp_backing_numa *out)
-{
-	if (!ptr || !out) {
-		errno = EINVAL;
-		return -1;
-	}
-	HP_ERRNO_SAVE;
-	hp_init();
-	*out = (struct hp_backing_numa){.policy = ""};
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *b = reg_find_containing(ptr);
-	struct hp_map m = b ? b->map : (struct hp_map){0}; /* copied: b may go once unlocked */
-	pthread_mutex_unlock(&hp_heap_lock);
-	if (b)
-		numa_format(m.numa, out->policy, sizeof(out->policy));
-	int rc = b ? hp_kernel_numa(m.addr, m.len, &out->kernel) : hp_kernel_numa(ptr, 1, &out->kernel);
-	if (rc == 0)
-		HP_ERRNO_RESTORE;
-	return rc;
-}
+/* ---- maintenance ------------------------------------------------------------------ */
 
 void hp_cache_flush(void)
 {

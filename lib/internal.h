@@ -7,13 +7,15 @@
  *   heap.c     hp_malloc & co: routing by size and address, block sourcing
  *              (cache, pieces, fresh mappings, fallback),
  *              realloc, allocation through a context (hp_ctx_malloc & co),
- *              the huge path alone for interposers (hp_huge_*, hp_owns), the
- *              backing reports (hp_backing*), hp_cache_flush
+ *              the huge path alone for interposers (hp_huge_*, hp_owns),
+ *              hp_cache_flush
  *   registry.c  the live huge blocks, by the address they start at
  *   context.c  contexts: what hp_ctx, hp_ctx_pagesize and hp_ctx_numa give
  *              (origin, forced page size, placement), interned for good
  *   pieces.c   the cache's THP memory for any size: cached blocks cut,
  *              cached pieces of one mapping joined, a block grown over them
+ *   backing.c  the backing reports (hp_backing, hp_backing_numa): the
+ *              block an address lies in, and what the kernel says of it
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
