@@ -214,7 +214,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 /* The huge path alone: a published block, or NULL -- with *to_small set
  * when fallback=small sends the request to the ordinary path (the caller
  * decides whose ordinary path), else ENOMEM. */
-static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
+void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 {
 	HP_ERRNO_SAVE; /* pool probes and fallbacks leave theirs */
 	bool cached;
@@ -239,7 +239,7 @@ static void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to
 	return publish_block(b);
 }
 
-/* Every huge allocation comes through here or hp_huge_*(): no
+/* Every huge allocation comes through here or hp_huge_*() (huge_api.c): no
  * cancellation point (sysfs reads of mode=auto, log lines, a drain of a
  * short pool, some with a lock held), see HP_NOCANCEL_BEGIN. */
 static void *huge_alloc(size_t size, const struct hp_ctx *ctx, bool zero)
@@ -300,12 +300,6 @@ void heap_fork(int phase)
 	heap_fork_gen++;
 	release_adopt(cache_take_all());
 	release_flush(true); /* no janitor, no ring in the child yet */
-}
-
-static inline bool wants_huge(size_t size)
-{
-	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
-	       atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) != MODE_OFF;
 }
 
 /* ---- public allocation API ------------------------------------------------------- */
@@ -413,7 +407,7 @@ static int resize_thp(struct hp_block *b, size_t size)
 /* A huge block that stays huge, resized without copying when it can be:
  * kept as it is when it still fits well, THP blocks grown or shrunk by
  * moving page tables (mremap).  NULL: it must be copied. */
-static void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
+void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
 	if (b->map.numa != numa_of(ctx))
 		return NULL; /* placed under another policy: the copy is placed anew */
@@ -521,113 +515,6 @@ void hp_ctx_free(void *ctx, void *ptr, size_t size)
 {
 	(void)ctx;
 	hp_free_sized(ptr, size);
-}
-
-/* ---- the huge path alone, for interposers ----------------------------------------
- * The CPython raw-domain wrapper and the preload library keep their own
- * ordinary allocator for everything below threshold: these never hand out
- * or take back libc memory, and say "yours" (1) instead. */
-
-int hp_owns(const void *ptr)
-{
-	return ptr && reg_lookup(ptr) != NULL;
-}
-
-/* The interposers' fast path: one relaxed load for the common answer.
- * threshold is 0 only before knobs_init (its lowest value is 4K). */
-size_t hp_huge_threshold(void)
-{
-	size_t t = atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed);
-
-	if (unlikely(t == 0 || hp_inside) ||
-	    atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) == MODE_OFF)
-		return SIZE_MAX;
-	return t;
-}
-
-static bool huge_alignment_ok(size_t alignment)
-{
-	return alignment <= HP_THP_SIZE && (alignment & (alignment - 1)) == 0;
-}
-
-static int huge_alloc_work(void *ctx, size_t size, size_t alignment, int zero, void **out)
-{
-	bool to_small;
-
-	if (!out) {
-		errno = EINVAL;
-		return -1;
-	}
-	hp_init();
-	if (!(forced(ctx) || wants_huge(size)) || !huge_alignment_ok(alignment))
-		return 1;
-	void *p = huge_try(size ? size : 1, ctx, zero != 0, &to_small);
-	if (!p)
-		return to_small ? 1 : -1;
-	*out = p;
-	return 0;
-}
-
-/* An interposed malloc called from hpalloc's own code (hp_inside: its
- * initialisation, the janitor, these two functions) gets "yours": it never
- * comes back into the huge path and its locks. */
-int hp_huge_alloc(void *ctx, size_t size, size_t alignment, int zero, void **out)
-{
-	if (hp_inside && out)
-		return 1;
-	HP_NOCANCEL_BEGIN; /* as huge_alloc() */
-	hp_inside++;
-	int rc = huge_alloc_work(ctx, size, alignment, zero, out);
-	hp_inside--;
-	HP_NOCANCEL_END;
-	return rc;
-}
-
-static int huge_realloc_work(void *ctx, void *ptr, size_t size, void **out)
-{
-	struct hp_block *b = ptr && out ? reg_lookup(ptr) : NULL;
-	bool to_small;
-	HP_ERRNO_SAVE; /* mremap trying in place first, then moving */
-
-	if (!b) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (!(forced(ctx) || wants_huge(size)))
-		return 1;
-	if (size > HP_MAX_BLOCK) {
-		fail_enomem();
-		return -1;
-	}
-	if (size == 0)
-		size = 1; /* forced: a block of one byte, as hp_huge_alloc() gives */
-	void *np = resize_in_place(b, size, ctx);
-	if (np) {
-		*out = np;
-		HP_ERRNO_RESTORE;
-		return 0;
-	}
-	np = huge_try(size, ctx, false, &to_small);
-	if (!np)
-		return to_small ? 1 : -1;
-	memcpy(np, ptr, b->map.len < size ? b->map.len : size);
-	stat_add(HP_STAT_REALLOC_COPIES, 1);
-	hp_free(ptr);
-	*out = np;
-	HP_ERRNO_RESTORE;
-	return 0;
-}
-
-int hp_huge_realloc(void *ctx, void *ptr, size_t size, void **out)
-{
-	if (hp_inside && out && hp_owns(ptr))
-		return 1;
-	HP_NOCANCEL_BEGIN; /* as huge_alloc() */
-	hp_inside++;
-	int rc = huge_realloc_work(ctx, ptr, size, out);
-	hp_inside--;
-	HP_NOCANCEL_END;
-	return rc;
 }
 
 /* ---- maintenance ------------------------------------------------------------------ */

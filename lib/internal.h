@@ -7,7 +7,6 @@
  *   heap.c     hp_malloc & co: routing by size and address, block sourcing
  *              (cache, pieces, fresh mappings, fallback),
  *              realloc, allocation through a context (hp_ctx_malloc & co),
- *              the huge path alone for interposers (hp_huge_*, hp_owns),
  *              hp_cache_flush
  *   registry.c  the live huge blocks, by the address they start at
  *   context.c  contexts: what hp_ctx, hp_ctx_pagesize and hp_ctx_numa give
@@ -16,6 +15,8 @@
  *              cached pieces of one mapping joined, a block grown over them
  *   backing.c  the backing reports (hp_backing, hp_backing_numa): the
  *              block an address lies in, and what the kernel says of it
+ *   huge_api.c  the huge path alone, for interposers (hp_huge_threshold,
+ *              hp_huge_alloc, hp_huge_realloc, hp_owns)
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
  *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -352,9 +353,22 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 /* The shared block containing addr, as a mapping (for hp_backing). */
 HP_HIDDEN bool shared_lookup(const void *addr, struct hp_map *out);
 
-/* ---- heap.c (for the janitor) ------------------------------------------------- */
+/* ---- heap.c (for the janitor and huge_api.c) ---------------------------------- */
 /* Release cached blocks past their decay; *next_deadline_ms for the next. */
 HP_HIDDEN void heap_expire(uint64_t *next_deadline_ms);
+/* A request of size goes to the huge path (threshold, mode=off). */
+static inline bool wants_huge(size_t size)
+{
+	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
+	       atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) != MODE_OFF;
+}
+/* The huge path alone: a registered block, or NULL -- with *to_small set
+ * when fallback=small sends the request to the caller's ordinary path,
+ * else ENOMEM.  The caller disables cancellation. */
+HP_HIDDEN void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small);
+/* Live block b resized to hold size without copying (its address), or
+ * NULL: it must be copied (b is still live and registered). */
+HP_HIDDEN void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx);
 
 /* ---- release.c ------------------------------------------------------------------ */
 /* Take a list (linked by ->next) of blocks that just left the registry or
