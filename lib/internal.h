@@ -5,8 +5,8 @@
  * Who owns what:
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
  *   heap.c     hp_malloc & co: routing by size and address, block sourcing
- *              (cache, pieces, fresh mappings, fallback),
- *              realloc, allocation through a context (hp_ctx_malloc & co),
+ *              (cache, pieces, fresh mappings, fallback), realloc,
+ *              allocation through a context (hp_ctx_malloc & co),
  *              hp_cache_flush
  *   registry.c  the live huge blocks, by the address they start at
  *   context.c  contexts: what hp_ctx, hp_ctx_pagesize and hp_ctx_numa give
@@ -47,8 +47,8 @@
  *              interposed, on the public API alone (hp_huge_*, hp_owns)
  *
  * Who may touch a huge block when: see the top of release.c (live in
- * registry.c's registry, cached in cache.c, releasing in release.c; exactly one
- * at a time, handed over under hp_heap_lock).
+ * registry.c, cached in cache.c, releasing in release.c; exactly one at a
+ * time, handed over under hp_heap_lock).
  */
 #ifndef HP_INTERNAL_H
 #define HP_INTERNAL_H
@@ -350,7 +350,7 @@ HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- shared.c ---------------------------------------------------------------- */
-/* The shared block containing addr, as a mapping (for hp_backing). */
+/* The shared block containing addr, as a mapping (for backing.c). */
 HP_HIDDEN bool shared_lookup(const void *addr, struct hp_map *out);
 
 /* ---- heap.c (for the janitor and huge_api.c) ---------------------------------- */

@@ -1,7 +1,7 @@
 /* Giving blocks back to the kernel: who owns a block on its way out.
  *
  * A huge block has exactly one owner at every moment:
- *   live       the registry in heap.c: the application may touch it;
+ *   live       the registry (registry.c): the application may touch it;
  *   cached     cache.c, under hp_heap_lock: nobody touches its pages;
  *   releasing  this file, from release_adopt() -- called with hp_heap_lock
  *              held, at the very moment the block leaves the registry or
