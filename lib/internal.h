@@ -47,6 +47,7 @@
 
 #include "hpalloc.h"
 #include "private.h" /* what hpctl may call too */
+#include "prim.h"    /* the kernel calls: memory syscalls, hugetlb/THP sysfs */
 
 #include <errno.h>
 #include <pthread.h>
