@@ -1,17 +1,15 @@
-/* Talking to the kernel about memory: mappings hpalloc owns, THP alignment,
- * hugetlb page sizes (from sysfs), pool levels (whole and per NUMA node)
- * and the mbind of a mapping (libnuma's wrapper).
+/* Private blocks' mappings: THP alignment and the guard page, cutting,
+ * joining and growing THP mappings, hugetlb mappings of the page sizes the
+ * kernel offers, how full their pools are (whole; numa.c per node) and the
+ * mbind of a mapping.  Every system call and sysfs read goes through
+ * prim.c, which carries out what this file decides.
  *
  * Not libhugetlbfs: linked in, its constructor runs in every program using
  * hpalloc (every program under libhpalloc-preload.so) and honours HUGETLB_*
  * variables, in secure execution too, where hpalloc honours none. */
 #include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -35,47 +33,18 @@
 static size_t pagesizes[MAX_PAGESIZES]; /* hugetlb sizes, descending */
 static int npagesizes;
 
-size_t os_hugepages_dir_size(const char *name)
-{
-	unsigned long long kb;
-	char tail[4];
-
-	if (sscanf(name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0 ||
-	    kb == 0 || kb > SIZE_MAX >> 10)
-		return 0;
-	return (size_t)kb << 10;
-}
-
-/* Page sizes the kernel offers: the hugepages-<N>kB directories of
- * /sys/kernel/mm/hugepages.  Read with getdents64 into a buffer on the
- * stack, not opendir: this runs inside hp_ctx() and the allocation path,
- * where a malloc could reach an interposer (libhpalloc-preload.so) and
- * through it this very pthread_once. */
+/* Page sizes the kernel offers, read once.  This runs inside hp_ctx() and
+ * the allocation path, where a malloc could reach an interposer
+ * (libhpalloc-preload.so) and through it this very pthread_once: prim.c
+ * reads the directory without allocating. */
 static void find_pagesizes(void)
 {
-	char buf[4096] __attribute__((aligned(8)));
-	HP_ERRNO_SAVE;
-	int fd = open("/sys/kernel/mm/hugepages", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	ssize_t n;
+	size_t asc[MAX_PAGESIZES];
+	int n = prim_pool_sizes(asc, MAX_PAGESIZES);
 
-	npagesizes = 0;
-	while (fd >= 0 && (n = getdents64(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t off = 0; off < n;) {
-			struct dirent64 *e = (struct dirent64 *)(buf + off);
-			size_t size = os_hugepages_dir_size(e->d_name);
-			off += e->d_reclen;
-			if (size && npagesizes < MAX_PAGESIZES)
-				pagesizes[npagesizes++] = size;
-		}
-	if (fd >= 0)
-		close(fd);
-	for (int i = 1; i < npagesizes; i++) /* tiny insertion sort, descending */
-		for (int j = i; j > 0 && pagesizes[j] > pagesizes[j - 1]; j--) {
-			size_t t = pagesizes[j];
-			pagesizes[j] = pagesizes[j - 1];
-			pagesizes[j - 1] = t;
-		}
-	HP_ERRNO_RESTORE;
+	npagesizes = n > 0 ? n : 0;
+	for (int i = 0; i < npagesizes; i++) /* descending */
+		pagesizes[i] = asc[npagesizes - 1 - i];
 }
 
 static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;
@@ -89,56 +58,16 @@ bool os_pagesize_supported(size_t pagesize)
 	return false;
 }
 
-static long long read_counter(const char *path)
-{
-	char buf[32];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* the kernel's counters are unsigned and can transiently wrap (a
-	 * reserve count of -4 reads 18446744073709551612): keep it modular */
-	return (long long)strtoull(buf, NULL, 10);
-}
-
 /* Pages an mmap without MAP_NORESERVE can still reserve: free - reserved.
  * Read fresh each time: this is only on the cache-miss path, next to mmap. */
 long os_pool_available(size_t pagesize)
 {
-	char path[128];
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages", pagesize >> 10);
-	long long free_pages = read_counter(path);
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
-	long long resv = read_counter(path);
+	long long free_pages = prim_pool_counter(-1, pagesize, "free_hugepages");
+	long long resv = prim_pool_counter(-1, pagesize, "resv_hugepages");
 	if (free_pages < 0 || resv < 0) /* unknown, not "everything free" */
 		return -1;
 	long long avail = (long long)((unsigned long long)free_pages - (unsigned long long)resv);
 	return avail > 0 ? (long)avail : 0;
-}
-
-/* Where os_pool_counter() reads: /sys, or a staged copy (tests).  Set
- * before any allocation, never while other threads read it. */
-static const char *pool_sysfs = "/sys";
-
-void os_pool_sysfs_root(const char *root)
-{
-	pool_sysfs = root ? root : "/sys";
-}
-
-long long os_pool_counter(int node, size_t pagesize, const char *file)
-{
-	char path[256];
-	if (node < 0)
-		snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-%zukB/%s",
-			 pool_sysfs, pagesize >> 10, file);
-	else
-		snprintf(path, sizeof(path), "%s/devices/system/node/node%d/hugepages/hugepages-%zukB/%s",
-			 pool_sysfs, node, pagesize >> 10, file);
-	return read_counter(path);
 }
 
 /* The policy decides which nodes' pages count (numa.c): for the kernel's

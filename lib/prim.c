@@ -167,3 +167,136 @@ int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why)
 	out->seals = fcntl(fd, F_GET_SEALS);
 	return 0;
 }
+
+/* ---- sysfs ---------------------------------------------------------------------- */
+
+#define HUGETLB_DIR "kernel/mm/hugepages"
+#define THP_DIR "kernel/mm/transparent_hugepage"
+#define NODE_DIR "devices/system/node"
+
+static const char *sysfs = "/sys";
+
+void prim_sysfs_root(const char *root)
+{
+	sysfs = root ? root : "/sys";
+}
+
+/* The file at path (below the root), NUL-terminated in buf; its length, or
+ * -1 if it cannot be read or is empty.  errno as it was. */
+static ssize_t read_file(const char *path, char *buf, size_t len)
+{
+	HP_ERRNO_SAVE;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = -1;
+
+	if (fd >= 0) {
+		n = read(fd, buf, len - 1);
+		close(fd);
+	}
+	if (n <= 0)
+		n = -1;
+	else
+		buf[n] = '\0';
+	HP_ERRNO_RESTORE;
+	return n;
+}
+
+/* The page size a directory named hugepages-<N>kB stands for (the hugetlb
+ * pools' and multi-size THP's), 0 for any other name (the kernel's
+ * spelling only, so that the name can be rebuilt from the size). */
+static size_t hugepages_dir_size(const char *name)
+{
+	unsigned long long kb;
+	char tail[4], canon[64];
+
+	if (sscanf(name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0 ||
+	    kb == 0 || kb > SIZE_MAX >> 10)
+		return 0;
+	snprintf(canon, sizeof(canon), "hugepages-%llukB", kb);
+	return strcmp(canon, name) == 0 ? (size_t)kb << 10 : 0;
+}
+
+/* A few sizes: an insertion sort (qsort may allocate). */
+static void sort_sizes(size_t *v, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			size_t t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+}
+
+/* The sizes of the hugepages-<N>kB directories of dir (below the root),
+ * the first max of them, ascending; -1 if dir cannot be opened. */
+static int list_sizes(const char *dir, size_t *out, int max)
+{
+	char path[512], buf[4096] __attribute__((aligned(8)));
+	HP_ERRNO_SAVE;
+	ssize_t n;
+	int count = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", sysfs, dir);
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		HP_ERRNO_RESTORE;
+		return -1;
+	}
+	while ((n = getdents64(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *e = (struct dirent64 *)(buf + off);
+			size_t size = hugepages_dir_size(e->d_name);
+			off += e->d_reclen;
+			if (size && count < max)
+				out[count++] = size;
+		}
+	close(fd);
+	sort_sizes(out, count);
+	HP_ERRNO_RESTORE;
+	return count;
+}
+
+int prim_pool_sizes(size_t *out, int max)
+{
+	return list_sizes(HUGETLB_DIR, out, max);
+}
+
+int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len)
+{
+	int n;
+	if (node < 0)
+		n = snprintf(buf, len, "%s/" HUGETLB_DIR "/hugepages-%zukB/%s", sysfs, pagesize >> 10, file);
+	else
+		n = snprintf(buf, len, "%s/" NODE_DIR "/node%d/hugepages/hugepages-%zukB/%s", sysfs, node,
+			     pagesize >> 10, file);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+long long prim_pool_counter(int node, size_t pagesize, const char *file)
+{
+	char path[256], buf[32];
+
+	if (prim_pool_path(node, pagesize, file, path, sizeof(path)) < 0 ||
+	    read_file(path, buf, sizeof(buf)) < 0)
+		return -1;
+	/* the kernel's counters are unsigned and can transiently wrap (a
+	 * reserve count of -4 reads 18446744073709551612): keep it modular */
+	return (long long)strtoull(buf, NULL, 10);
+}
+
+int prim_thp_read(const char *rel, char *buf, size_t len)
+{
+	char path[512], line[256];
+
+	snprintf(path, sizeof(path), "%s/" THP_DIR "/%s", sysfs, rel);
+	if (read_file(path, line, sizeof(line)) < 0)
+		return -1;
+	line[strcspn(line, "\n")] = '\0';
+	snprintf(buf, len, "%s", line);
+	return 0;
+}
+
+int prim_thp_sizes(size_t *out, int max)
+{
+	return list_sizes(THP_DIR, out, max);
+}

@@ -57,4 +57,16 @@ struct prim_memfd {
 /* 0, or -1 with *why "not a regular file" / "not a memfd". */
 HP_HIDDEN int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why);
 
+/* ---- sysfs: hugetlb pools and THP settings ---------------------------------------- */
+/* Tests: read every file below root (a staged sysfs: root/kernel/mm/hugepages,
+ * root/kernel/mm/transparent_hugepage, root/devices/system/node) instead of
+ * /sys; NULL: /sys.  Set before the reads, never while other threads read. */
+HP_HIDDEN void prim_sysfs_root(const char *root);
+/* The first line of a file of the THP directory (rel: "enabled",
+ * "hugepages-64kB/enabled"), without its newline; -1 unknown. */
+HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
+/* The multi-size THP sizes (its hugepages-<N>kB directories), ascending, at
+ * most max; -1 without the THP directory. */
+HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
+
 #endif

@@ -6,7 +6,7 @@
 #endif
 
 #include "hpctl.h"
-#include "private.h" /* ring_probe, numa_node_next, os_pool_counter, thp_* */
+#include "private.h" /* ring_probe, numa_node_next, prim_pool_*, thp_* */
 
 #include <dirent.h>
 #include <errno.h>
@@ -120,10 +120,10 @@ static void node_pools(int node, const struct pool *sizes, int n, struct node_po
 		size_t ps = (size_t)sizes[i].kb << 10;
 		out->pools[i] = (struct pool){
 			.kb = sizes[i].kb,
-			.total = os_pool_counter(node, ps, "nr_hugepages"),
-			.free = os_pool_counter(node, ps, "free_hugepages"),
+			.total = prim_pool_counter(node, ps, "nr_hugepages"),
+			.free = prim_pool_counter(node, ps, "free_hugepages"),
 			.reserved = -1, /* reservations are not per node */
-			.surplus = os_pool_counter(node, ps, "surplus_hugepages"),
+			.surplus = prim_pool_counter(node, ps, "surplus_hugepages"),
 		};
 	}
 }
@@ -466,8 +466,8 @@ static int write_pool(struct pool_request *r, int node)
 	if (w != n && errno != ENOMEM) /* short pools still take effect */
 		warnx("pool: writing %s: %s", path, strerror(errno));
 	close(fd);
-	r->got = os_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
-	r->free = os_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
+	r->got = prim_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
+	r->free = prim_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
 	return 0;
 }
 
