@@ -10,7 +10,10 @@
  *              huge path alone for interposers (hp_huge_*, hp_owns), the
  *              backing reports (hp_backing*), hp_cache_flush
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
- *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
+ *   os.c       private blocks' mappings: THP alignment and guard, cut, join,
+ *              grow; hugetlb page sizes and how full their pools are
+ *   prim.c     the only place that talks to the kernel about memory: every
+ *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
  *              sizes serve hpalloc's madvised mappings
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay

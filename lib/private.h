@@ -5,7 +5,8 @@
  * each is declared once.  Each is here because hpctl must apply the very
  * rule the library applies (where the control directory is, what makes a
  * directory or file trustworthy, a knob's environment variable, the
- * io_uring probe, the kernel's view of THP and nodes), not a copy of it.
+ * io_uring probe, the kernel's view of THP, hugetlb pools and nodes), not a
+ * copy of it.
  */
 #ifndef HP_PRIVATE_H
 #define HP_PRIVATE_H
