@@ -6,7 +6,9 @@
  * (private blocks), shared.c, numa.c, thp.c, and hpctl through private.h --
  * call these and nothing below them, so one file knows each system call's
  * flags and each sysfs path, and a staged sysfs (tests) stands in for all
- * of them at once.
+ * of them at once.  One exception: the MADV_DONTNEED of a block released
+ * through io_uring is an entry ring.c prepares in the janitor's ring, not a
+ * system call (ring.c says why only that thread touches the ring).
  *
  * Rules:
  *   - no policy: which page size, backend, fallback or placement a block
