@@ -18,7 +18,10 @@
  *   huge_api.c  the huge path alone, for interposers (hp_huge_threshold,
  *              hp_huge_alloc, hp_huge_realloc, hp_owns)
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
- *   os.c       mmap/munmap/madvise, THP alignment, hugetlb pools (libhugetlbfs)
+ *   os.c       private blocks' mappings: THP alignment and guard, cut, join,
+ *              grow; hugetlb page sizes and how full their pools are
+ *   prim.c     the only place that talks to the kernel about memory: every
+ *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
  *              sizes serve hpalloc's madvised mappings
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
@@ -55,6 +58,7 @@
 
 #include "hpalloc.h"
 #include "private.h" /* what hpctl may call too */
+#include "prim.h"    /* the kernel calls: memory syscalls, hugetlb/THP sysfs */
 
 #include <errno.h>
 #include <pthread.h>
@@ -195,9 +199,6 @@ HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *ba
  * and was cut from the same mapping. */
 HP_HIDDEN int os_thp_join(struct hp_map *front, const struct hp_map *back);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
-/* The page size a sysfs directory named hugepages-<N>kB stands for (the
- * hugetlb pools' and multi-size THP's), or 0 for any other name. */
-HP_HIDDEN size_t os_hugepages_dir_size(const char *name);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
@@ -210,9 +211,6 @@ HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
  * os_pool_ready_private() for a private one (its own pages need room too). */
 HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
 HP_HIDDEN bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p);
-/* Tests: read os_pool_counter()'s counters below root (a staged sysfs: root/kernel/
- * mm/hugepages, root/devices/system/node) instead of /sys; NULL: /sys. */
-HP_HIDDEN void os_pool_sysfs_root(const char *root);
 /* mbind(2) of m's whole mapping (with a THP block's guard page, so the
  * block can still grow in place) to mode over nodes; -1 + errno. */
 HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes,
@@ -231,10 +229,6 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * cuts, os.c says why), 0 for hugetlb (not anonymous memory, and not
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
-
-/* ---- thp.c: the kernel's THP settings (and private.h) ------------------------------ */
-/* Tests: read a staged copy of the directory instead (NULL: /sys's). */
-HP_HIDDEN void thp_sysfs_root(const char *dir);
 
 /* ---- blocks, heap.c ---------------------------------------------------------- */
 struct hp_block {

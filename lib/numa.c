@@ -287,12 +287,12 @@ long numa_pool_available(hp_numa_t p, size_t pagesize)
 	for (int n = 0; n < NUMA_NODE_BITS; n++) {
 		if (!(nodes & ((uint32_t)1 << n)))
 			continue;
-		long long f = os_pool_counter(n, pagesize, "free_hugepages");
+		long long f = prim_pool_counter(n, pagesize, "free_hugepages");
 		if (f < 0)
 			return -1;
 		free_pages += f;
 	}
-	long long resv = os_pool_counter(-1, pagesize, "resv_hugepages");
+	long long resv = prim_pool_counter(-1, pagesize, "resv_hugepages");
 	if (resv < 0)
 		return -1;
 	return free_pages > resv ? (long)(free_pages - resv) : 0;

@@ -1,35 +1,24 @@
-/* Talking to the kernel about memory: mappings hpalloc owns, THP alignment,
- * hugetlb page sizes (from sysfs), pool levels (whole and per NUMA node)
- * and the mbind of a mapping (libnuma's wrapper).
+/* Private blocks' mappings: THP alignment and the guard page, cutting,
+ * joining and growing THP mappings, hugetlb mappings of the page sizes the
+ * kernel offers, how full their pools are (whole; numa.c per node) and the
+ * mbind of a mapping.  Every system call and sysfs read goes through
+ * prim.c, which carries out what this file decides.
  *
  * Not libhugetlbfs: linked in, its constructor runs in every program using
  * hpalloc (every program under libhpalloc-preload.so) and honours HUGETLB_*
  * variables, in secure execution too, where hpalloc honours none. */
 #include "internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
-#ifdef HAVE_LIBNUMA
-#include <numaif.h>
-#endif
 
-#ifndef MAP_HUGE_SHIFT
-#define MAP_HUGE_SHIFT 26
-#endif
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
-#endif
-#ifndef MAP_FIXED_NOREPLACE
-#define MAP_FIXED_NOREPLACE 0x100000
 #endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -44,52 +33,18 @@
 static size_t pagesizes[MAX_PAGESIZES]; /* hugetlb sizes, descending */
 static int npagesizes;
 
-static int log2_size(size_t v)
-{
-	return 63 - __builtin_clzll((unsigned long long)v);
-}
-
-size_t os_hugepages_dir_size(const char *name)
-{
-	unsigned long long kb;
-	char tail[4];
-
-	if (sscanf(name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0 ||
-	    kb == 0 || kb > SIZE_MAX >> 10)
-		return 0;
-	return (size_t)kb << 10;
-}
-
-/* Page sizes the kernel offers: the hugepages-<N>kB directories of
- * /sys/kernel/mm/hugepages.  Read with getdents64 into a buffer on the
- * stack, not opendir: this runs inside hp_ctx() and the allocation path,
- * where a malloc could reach an interposer (libhpalloc-preload.so) and
- * through it this very pthread_once. */
+/* Page sizes the kernel offers, read once.  This runs inside hp_ctx() and
+ * the allocation path, where a malloc could reach an interposer
+ * (libhpalloc-preload.so) and through it this very pthread_once: prim.c
+ * reads the directory without allocating. */
 static void find_pagesizes(void)
 {
-	char buf[4096] __attribute__((aligned(8)));
-	HP_ERRNO_SAVE;
-	int fd = open("/sys/kernel/mm/hugepages", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	ssize_t n;
+	size_t asc[MAX_PAGESIZES];
+	int n = prim_pool_sizes(asc, MAX_PAGESIZES);
 
-	npagesizes = 0;
-	while (fd >= 0 && (n = getdents64(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t off = 0; off < n;) {
-			struct dirent64 *e = (struct dirent64 *)(buf + off);
-			size_t size = os_hugepages_dir_size(e->d_name);
-			off += e->d_reclen;
-			if (size && npagesizes < MAX_PAGESIZES)
-				pagesizes[npagesizes++] = size;
-		}
-	if (fd >= 0)
-		close(fd);
-	for (int i = 1; i < npagesizes; i++) /* tiny insertion sort, descending */
-		for (int j = i; j > 0 && pagesizes[j] > pagesizes[j - 1]; j--) {
-			size_t t = pagesizes[j];
-			pagesizes[j] = pagesizes[j - 1];
-			pagesizes[j - 1] = t;
-		}
-	HP_ERRNO_RESTORE;
+	npagesizes = n > 0 ? n : 0;
+	for (int i = 0; i < npagesizes; i++) /* descending */
+		pagesizes[i] = asc[npagesizes - 1 - i];
 }
 
 static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;
@@ -103,56 +58,16 @@ bool os_pagesize_supported(size_t pagesize)
 	return false;
 }
 
-static long long read_counter(const char *path)
-{
-	char buf[32];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* the kernel's counters are unsigned and can transiently wrap (a
-	 * reserve count of -4 reads 18446744073709551612): keep it modular */
-	return (long long)strtoull(buf, NULL, 10);
-}
-
 /* Pages an mmap without MAP_NORESERVE can still reserve: free - reserved.
  * Read fresh each time: this is only on the cache-miss path, next to mmap. */
 long os_pool_available(size_t pagesize)
 {
-	char path[128];
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages", pagesize >> 10);
-	long long free_pages = read_counter(path);
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
-	long long resv = read_counter(path);
+	long long free_pages = prim_pool_counter(-1, pagesize, "free_hugepages");
+	long long resv = prim_pool_counter(-1, pagesize, "resv_hugepages");
 	if (free_pages < 0 || resv < 0) /* unknown, not "everything free" */
 		return -1;
 	long long avail = (long long)((unsigned long long)free_pages - (unsigned long long)resv);
 	return avail > 0 ? (long)avail : 0;
-}
-
-/* Where os_pool_counter() reads: /sys, or a staged copy (tests).  Set
- * before any allocation, never while other threads read it. */
-static const char *pool_sysfs = "/sys";
-
-void os_pool_sysfs_root(const char *root)
-{
-	pool_sysfs = root ? root : "/sys";
-}
-
-long long os_pool_counter(int node, size_t pagesize, const char *file)
-{
-	char path[256];
-	if (node < 0)
-		snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-%zukB/%s",
-			 pool_sysfs, pagesize >> 10, file);
-	else
-		snprintf(path, sizeof(path), "%s/devices/system/node/node%d/hugepages/hugepages-%zukB/%s",
-			 pool_sysfs, node, pagesize >> 10, file);
-	return read_counter(path);
 }
 
 /* The policy decides which nodes' pages count (numa.c): for the kernel's
@@ -193,9 +108,9 @@ static void count_private(const struct hp_map *m, bool mapped)
 {
 	size_t pages = m->len / m->pagesize;
 	if (mapped)
-		atomic_fetch_add_explicit(&private_pages[log2_size(m->pagesize)], pages, memory_order_relaxed);
+		atomic_fetch_add_explicit(&private_pages[prim_page_shift(m->pagesize)], pages, memory_order_relaxed);
 	else
-		atomic_fetch_sub_explicit(&private_pages[log2_size(m->pagesize)], pages, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&private_pages[prim_page_shift(m->pagesize)], pages, memory_order_relaxed);
 }
 
 /* Room for fork's copies.  A MAP_PRIVATE hugetlb page that a forked child
@@ -216,7 +131,7 @@ static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool cow)
 	if (!pagesize)
 		return false;
 	size_t pages = hp_align_up(size, pagesize) / pagesize;
-	size_t need = pages + atomic_load_explicit(&private_pages[log2_size(pagesize)], memory_order_relaxed) +
+	size_t need = pages + atomic_load_explicit(&private_pages[prim_page_shift(pagesize)], memory_order_relaxed) +
 		      (cow ? pages : 0);
 	long avail = p == HP_NUMA_DEFAULT ? os_pool_available(pagesize) : numa_pool_available(p, pagesize);
 	return avail > 0 && (size_t)avail >= need;
@@ -234,33 +149,11 @@ bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p)
 
 /* ---- mappings ----------------------------------------------------------------- */
 
-static void *map_anon(void *hint, size_t len, int prot, int extra)
-{
-	void *p = mmap(hint, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-/* Map len (+ guard) bytes starting on a 2 MiB boundary.  Over-map by 2 MiB
- * and trim, unless the kernel already handed out an aligned address. */
+/* len bytes and the guard after them, private and anonymous, starting on
+ * a 2 MiB boundary. */
 static void *map_aligned(size_t len, int prot, int extra)
 {
-	size_t span = len + GUARD;
-	char *raw = map_anon(NULL, span, prot, extra);
-	if (!raw)
-		return NULL;
-	if (((uintptr_t)raw & (HP_THP_SIZE - 1)) == 0)
-		return raw;
-	munmap(raw, span);
-	raw = map_anon(NULL, span + HP_THP_SIZE, prot, extra);
-	if (!raw)
-		return NULL;
-	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
-	if (start > raw)
-		munmap(raw, (size_t)(start - raw));
-	char *end = raw + span + HP_THP_SIZE;
-	if (end > start + span)
-		munmap(start + span, (size_t)(end - (start + span)));
-	return start;
+	return prim_map_aligned(len + GUARD, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1);
 }
 
 int os_map_thp(size_t size, struct hp_map *out)
@@ -278,8 +171,8 @@ int os_map_thp(size_t size, struct hp_map *out)
 	/* only ever on our own mapping: never on memory libc may reuse.  The
 	 * guard gets the same advice so that, opened again to grow, it merges
 	 * back into the block's VMA (mremap needs one VMA). */
-	madvise(p, len + GUARD, MADV_HUGEPAGE);
-	mprotect(p + len, GUARD, PROT_NONE);
+	prim_advise(p, len + GUARD, MADV_HUGEPAGE);
+	prim_protect(p + len, GUARD, PROT_NONE);
 	*out = (struct hp_map){.addr = p, .len = len, .pagesize = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
 	hp_log(2, "thp map %p %zu", (void *)p, len);
 	return 0;
@@ -298,8 +191,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	int flags = MAP_HUGETLB | (log2_size(pagesize) << MAP_HUGE_SHIFT);
-	void *p = map_anon(NULL, len, PROT_READ | PROT_WRITE, flags);
+	void *p = prim_map_hugetlb(len, pagesize);
 	if (!p) {
 		hp_log(2, "hugetlb map of %zu with %zu pages failed: %s", len, pagesize, strerror(errno));
 		errno = ENOMEM;
@@ -318,7 +210,7 @@ static size_t map_span(const struct hp_map *m)
 
 int os_unmap(const struct hp_map *m)
 {
-	int rc = munmap(m->addr, map_span(m));
+	int rc = prim_unmap(m->addr, map_span(m));
 	if (rc == 0 && m->backend == HP_BACKEND_HUGETLB)
 		count_private(m, false);
 	return rc;
@@ -329,20 +221,15 @@ int os_unmap(const struct hp_map *m)
  * would fail. */
 int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes, unsigned long maxnode)
 {
-#ifdef HAVE_LIBNUMA
-	if (mbind(m->addr, map_span(m), mode, nodes, maxnode, 0) == 0)
+	if (prim_mbind(m->addr, map_span(m), mode, nodes, maxnode) == 0)
 		return 0;
 	hp_log(1, "mbind of %p (%zu bytes, mode %d) failed: %s", m->addr, m->len, mode, strerror(errno));
-#else
-	(void)m, (void)mode, (void)nodes, (void)maxnode;
-	errno = ENOSYS;
-#endif
 	return -1;
 }
 
 int os_populate(const struct hp_map *m)
 {
-	if (madvise(m->addr, m->len, MADV_POPULATE_WRITE) == 0 || errno == EINVAL)
+	if (prim_advise(m->addr, m->len, MADV_POPULATE_WRITE) == 0 || errno == EINVAL)
 		return 0; /* EINVAL: a kernel before 5.14 cannot; first touch will */
 	hp_log(1, "faulting in %p (%zu bytes) failed: %s", m->addr, m->len, strerror(errno));
 	return -1;
@@ -361,7 +248,7 @@ size_t os_lazyfree(const struct hp_map *m)
 		len &= ~(HP_THP_SIZE - 1);
 	if (m->backend != HP_BACKEND_THP || !len)
 		return 0;
-	if (madvise(m->addr, len, MADV_FREE) == 0)
+	if (prim_advise(m->addr, len, MADV_FREE) == 0)
 		return len;
 	hp_log(2, "MADV_FREE of %p (%zu bytes) failed: %s", m->addr, len, strerror(errno));
 	return 0;
@@ -378,7 +265,7 @@ int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 	}
 	/* the page becomes a guard with its contents: no syscall to drop them,
 	 * and a join reopens it as it was */
-	if (mprotect(p + front_len, GUARD, PROT_NONE) < 0)
+	if (prim_protect(p + front_len, GUARD, PROT_NONE) < 0)
 		return -1;
 	*back = *m;
 	back->addr = p + front_len + GUARD;
@@ -396,13 +283,13 @@ int os_thp_join(struct hp_map *front, const struct hp_map *back)
 		errno = EINVAL;
 		return -1;
 	}
-	if (mprotect(guard, GUARD, PROT_READ | PROT_WRITE) < 0)
+	if (prim_protect(guard, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
 	front->len += GUARD + back->len;
 	/* the cut had the kernel map the huge page holding the guard with 4 KiB
 	 * entries (a page of it changed protection): one huge mapping again,
 	 * best effort (MADV_COLLAPSE: Linux 6.1) */
-	madvise(guard + GUARD - HP_THP_SIZE, HP_THP_SIZE, MADV_COLLAPSE);
+	prim_advise(guard + GUARD - HP_THP_SIZE, HP_THP_SIZE, MADV_COLLAPSE);
 	return 0;
 }
 
@@ -410,9 +297,9 @@ static int shrink_thp(struct hp_map *m, size_t new_len)
 {
 	char *p = m->addr;
 	/* the first dropped page becomes the guard, the rest (and the old guard) goes */
-	if (mprotect(p + new_len, GUARD, PROT_NONE) < 0)
+	if (prim_protect(p + new_len, GUARD, PROT_NONE) < 0)
 		return -1;
-	munmap(p + new_len + GUARD, m->len - new_len);
+	prim_unmap(p + new_len + GUARD, m->len - new_len);
 	m->len = new_len;
 	return 0;
 }
@@ -430,14 +317,14 @@ static int grow_in_place(struct hp_map *m, size_t new_len)
 {
 	char *p = m->addr;
 
-	madvise(p + m->len, GUARD, MADV_HUGEPAGE);
-	if (mprotect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
+	prim_advise(p + m->len, GUARD, MADV_HUGEPAGE);
+	if (prim_protect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
-	if (mremap(p, m->len + GUARD, new_len + GUARD, 0) == MAP_FAILED) {
-		mprotect(p + m->len, GUARD, PROT_NONE);
+	if (!prim_remap(p, m->len + GUARD, new_len + GUARD, 0, NULL)) {
+		prim_protect(p + m->len, GUARD, PROT_NONE);
 		return -1;
 	}
-	mprotect(p + new_len, GUARD, PROT_NONE);
+	prim_protect(p + new_len, GUARD, PROT_NONE);
 	return 0;
 }
 
@@ -446,13 +333,13 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
 	if (!target)
 		return -1;
-	void *moved = mremap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-	if (moved == MAP_FAILED) {
-		munmap(target, new_len + GUARD);
+	void *moved = prim_remap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+	if (!moved) {
+		prim_unmap(target, new_len + GUARD);
 		return -1;
 	}
-	munmap((char *)m->addr + m->len, GUARD); /* the old guard, ours until now */
-	madvise(target + new_len, GUARD, MADV_HUGEPAGE);
+	prim_unmap((char *)m->addr + m->len, GUARD); /* the old guard, ours until now */
+	prim_advise(target + new_len, GUARD, MADV_HUGEPAGE);
 	m->addr = moved;
 	return 0;
 }
@@ -465,7 +352,7 @@ static void collapse_completed_extent(char *addr, size_t old_len, size_t new_len
 {
 	size_t start = old_len & ~(HP_THP_SIZE - 1);
 	if (old_len % HP_THP_SIZE && start + HP_THP_SIZE <= new_len)
-		madvise(addr + start, HP_THP_SIZE, MADV_COLLAPSE);
+		prim_advise(addr + start, HP_THP_SIZE, MADV_COLLAPSE);
 }
 
 static int grow_thp(struct hp_map *m, size_t new_len)
@@ -475,7 +362,7 @@ static int grow_thp(struct hp_map *m, size_t new_len)
 	if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0)
 		return -1;
 	m->len = new_len;
-	madvise(m->addr, new_len, MADV_HUGEPAGE);
+	prim_advise(m->addr, new_len, MADV_HUGEPAGE);
 	collapse_completed_extent(m->addr, old_len, new_len);
 	return 0;
 }

@@ -5,7 +5,8 @@
  * each is declared once.  Each is here because hpctl must apply the very
  * rule the library applies (where the control directory is, what makes a
  * directory or file trustworthy, a knob's environment variable, the
- * io_uring probe, the kernel's view of THP and nodes), not a copy of it.
+ * io_uring probe, the kernel's view of THP, hugetlb pools and nodes), not a
+ * copy of it.
  */
 #ifndef HP_PRIVATE_H
 #define HP_PRIVATE_H
@@ -63,10 +64,16 @@ HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
  * janitor's setup and by `hpctl status`; why says what it found. */
 HP_HIDDEN bool ring_probe(char *why, size_t len);
 
-/* ---- os.c ----------------------------------------------------------------------- */
-/* A hugetlb counter (free_hugepages, resv_hugepages, nr_hugepages, ...) of
- * node's pool of pagesize, or of the whole pool with node -1; -1 unknown. */
-HP_HIDDEN long long os_pool_counter(int node, size_t pagesize, const char *file);
+/* ---- prim.c: the hugetlb pools as sysfs shows them (prim.h: the rest) ------------ */
+/* The page sizes the kernel has pools of (hugepages-<N>kB), ascending, at
+ * most max; -1 unknown. */
+HP_HIDDEN int prim_pool_sizes(size_t *out, int max);
+/* The path of a file (nr_hugepages, free_hugepages, ...) of node's pool of
+ * pagesize, or of the whole pool with node -1: what the library reads and
+ * `hpctl pool` writes.  0, or -1 if it does not fit len. */
+HP_HIDDEN int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len);
+/* That file's counter; -1 unknown. */
+HP_HIDDEN long long prim_pool_counter(int node, size_t pagesize, const char *file);
 
 /* ---- numa.c --------------------------------------------------------------------- */
 /* Node n exists on this machine (libnuma's view, taken once). */

@@ -34,18 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
-#ifndef MFD_HUGE_SHIFT
-#define MFD_HUGE_SHIFT 26
-#endif
-#define HUGETLBFS_MAGIC 0x958458f6
-#define TMPFS_MAGIC 0x01021994
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
@@ -65,50 +55,19 @@ struct shared {
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shared *blocks;
 
-static int log2_of(size_t v)
-{
-	return 63 - __builtin_clzll((unsigned long long)v);
-}
-
 /* A memfd of len bytes, sealed at that size (hugetlb pages of pagesize,
  * else shmem), or -1.  A kernel that cannot seal a hugetlb memfd (before
  * 4.16) refuses it here: the block then goes by the fallback knob. */
 static int shared_memfd(size_t len, size_t pagesize)
 {
-	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-	if (pagesize)
-		flags |= MFD_HUGETLB | ((unsigned)log2_of(pagesize) << MFD_HUGE_SHIFT);
-	int fd = memfd_create(pagesize ? "hpalloc-shared-hugetlb" : "hpalloc-shared", flags);
-	if (fd < 0)
-		return -1;
-	if (ftruncate(fd, (off_t)len) == 0 && fcntl(fd, F_ADD_SEALS, SEALS_BLOCK) == 0)
-		return fd;
-	close(fd);
-	return -1;
+	return prim_memfd(pagesize ? "hpalloc-shared-hugetlb" : "hpalloc-shared", len, pagesize, SEALS_BLOCK);
 }
 
 /* Map len bytes of fd; for shmem on a 2 MiB boundary, so THP can back it. */
 static void *map_fd(int fd, size_t len, bool align)
 {
-	if (!align) {
-		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		return p == MAP_FAILED ? NULL : p;
-	}
-	char *raw = mmap(NULL, len + HP_THP_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (raw == MAP_FAILED)
-		return NULL;
-	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
-	void *p = mmap(start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (p == MAP_FAILED) {
-		munmap(raw, len + HP_THP_SIZE);
-		return NULL;
-	}
-	if (start > raw)
-		munmap(raw, (size_t)(start - raw));
-	size_t tail = (size_t)(raw + len + HP_THP_SIZE - (start + len));
-	if (tail)
-		munmap(start + len, tail);
-	return p;
+	int prot = PROT_READ | PROT_WRITE;
+	return align ? prim_map_aligned(len, prot, MAP_SHARED, fd) : prim_map(NULL, len, prot, MAP_SHARED, fd);
 }
 
 /* A hugetlb memfd of len bytes, mapped (pool pages reserved), or -1. */
@@ -132,7 +91,7 @@ static int create_shmem(size_t len, bool advise, struct shared *s)
 		return -1;
 	if ((s->addr = map_fd(fd, len, true))) {
 		if (advise)
-			madvise(s->addr, len, MADV_HUGEPAGE);
+			prim_advise(s->addr, len, MADV_HUGEPAGE);
 		*s = (struct shared){s->addr, len, fd, advise ? HP_BACKEND_THP : HP_BACKEND_SMALL,
 				     HP_BASE_PAGE, NULL};
 		return 0;
@@ -145,7 +104,7 @@ static void *remember(struct shared *s)
 {
 	struct shared *rec = malloc(sizeof(*rec));
 	if (!rec) {
-		munmap(s->addr, s->len);
+		prim_unmap(s->addr, s->len);
 		close(s->fd);
 		errno = ENOMEM;
 		return NULL;
@@ -224,35 +183,23 @@ static void *shared_alloc(size_t size, size_t pagesize, int *fd_out)
  * false, with the reason logged (verbose). */
 static bool sealed_block(int fd, size_t *len, size_t *pagesize)
 {
-	struct stat st;
-	struct statfs sf;
+	struct prim_memfd m;
 	const char *why = NULL;
 
-	/* fstat first: it answers for any descriptor without blocking */
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-		why = "not a regular file";
-	else if (fstatfs(fd, &sf) != 0 || ((unsigned long)sf.f_type != TMPFS_MAGIC &&
-					   (unsigned long)sf.f_type != HUGETLBFS_MAGIC))
-		why = "not a memfd";
+	if (prim_memfd_stat(fd, &m, &why) == 0) {
+		if (m.seals < 0 || (m.seals & SEALS_SIZE) != SEALS_SIZE)
+			why = "its size is not sealed (F_SEAL_SHRINK, F_SEAL_GROW)";
+		else if (m.seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+			why = "sealed against writing";
+		else if (m.len == 0 || m.len % m.pagesize)
+			why = "its size is no multiple of its page size";
+	}
 	if (why) {
 		hp_log(1, "shared block descriptor %d refused: %s", fd, why);
 		return false;
 	}
-	bool hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
-	size_t page = hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || (seals & SEALS_SIZE) != SEALS_SIZE)
-		why = "its size is not sealed (F_SEAL_SHRINK, F_SEAL_GROW)";
-	else if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
-		why = "sealed against writing";
-	else if (st.st_size <= 0 || (size_t)st.st_size % page)
-		why = "its size is no multiple of its page size";
-	if (why) {
-		hp_log(1, "shared block descriptor %d refused: %s", fd, why);
-		return false;
-	}
-	*len = (size_t)st.st_size;
-	*pagesize = hugetlb ? page : 0;
+	*len = m.len;
+	*pagesize = m.hugetlb ? m.pagesize : 0;
 	return true;
 }
 
@@ -278,7 +225,7 @@ static void *shared_map(int fd, size_t *size_out)
 	}
 	/* shmem THP can only come from advice (or shmem_enabled=always) */
 	if (!hugetlb)
-		madvise(s.addr, s.len, MADV_HUGEPAGE);
+		prim_advise(s.addr, s.len, MADV_HUGEPAGE);
 	s.backend = hugetlb ? HP_BACKEND_HUGETLB : HP_BACKEND_THP;
 	s.pagesize = hugetlb ? pagesize : HP_BASE_PAGE;
 	void *p = remember(&s);
@@ -312,7 +259,7 @@ static int shared_free(void *ptr)
 		return -1;
 	}
 	HP_ERRNO_SAVE;
-	munmap(s->addr, s->len);
+	prim_unmap(s->addr, s->len);
 	close(s->fd);
 	stat_sub(HP_STAT_SHARED_LIVE_BYTES, s->len);
 	stat_sub(HP_STAT_SHARED_LIVE_BLOCKS, 1);

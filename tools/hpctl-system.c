@@ -6,16 +6,14 @@
 #endif
 
 #include "hpctl.h"
-#include "private.h" /* ring_probe, numa_node_next, os_pool_counter, thp_* */
+#include "private.h" /* ring_probe, numa_node_next, prim_pool_*, thp_* */
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define HUGEPAGES_DIR "/sys/kernel/mm/hugepages"
 #define MAX_POOLS 8
 #define MAX_THP_SIZES 16
 #define MAX_NODES 64 /* shown by status; pool --node takes any that exists */
@@ -54,48 +52,28 @@ struct pool {
 	long long total, free, reserved, surplus;
 };
 
-static long long pool_value(unsigned long long kb, const char *file)
+/* The counters of node's pool of pagesize (node -1: the whole pool), as
+ * the library reads them; reservations are not per node. */
+static struct pool pool_of(int node, size_t pagesize)
 {
-	char path[160];
-
-	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB/%s", kb,
-		 file);
-	return read_number(path);
+	return (struct pool){
+		.kb = pagesize >> 10,
+		.total = prim_pool_counter(node, pagesize, "nr_hugepages"),
+		.free = prim_pool_counter(node, pagesize, "free_hugepages"),
+		.reserved = node < 0 ? prim_pool_counter(node, pagesize, "resv_hugepages") : -1,
+		.surplus = prim_pool_counter(node, pagesize, "surplus_hugepages"),
+	};
 }
 
-static int cmp_pool(const void *a, const void *b)
-{
-	const struct pool *x = a, *y = b;
-
-	return (x->kb > y->kb) - (x->kb < y->kb);
-}
-
-/* The page sizes the kernel offers, sorted, with their counters. */
+/* The page sizes the kernel offers, ascending, with their counters. */
 static int list_pools(struct pool *pools, int max)
 {
-	DIR *d = opendir(HUGEPAGES_DIR);
-	struct dirent *e;
-	int n = 0;
+	size_t sizes[MAX_POOLS];
+	int n = prim_pool_sizes(sizes, max < MAX_POOLS ? max : MAX_POOLS);
 
-	if (!d)
-		return 0;
-	while ((e = readdir(d)) && n < max) {
-		unsigned long long kb;
-		char tail[8];
-
-		if (sscanf(e->d_name, "hugepages-%llu%7s", &kb, tail) != 2 ||
-		    strcmp(tail, "kB") != 0)
-			continue;
-		pools[n].kb = kb;
-		pools[n].total = pool_value(kb, "nr_hugepages");
-		pools[n].free = pool_value(kb, "free_hugepages");
-		pools[n].reserved = pool_value(kb, "resv_hugepages");
-		pools[n].surplus = pool_value(kb, "surplus_hugepages");
-		n++;
-	}
-	closedir(d);
-	qsort(pools, (size_t)n, sizeof(*pools), cmp_pool);
-	return n;
+	for (int i = 0; i < n; i++)
+		pools[i] = pool_of(-1, sizes[i]);
+	return n > 0 ? n : 0;
 }
 
 static void size_name(unsigned long long kb, char *buf, size_t len)
@@ -116,16 +94,8 @@ struct node_pools {
 static void node_pools(int node, const struct pool *sizes, int n, struct node_pools *out)
 {
 	out->node = node;
-	for (int i = 0; i < n; i++) {
-		size_t ps = (size_t)sizes[i].kb << 10;
-		out->pools[i] = (struct pool){
-			.kb = sizes[i].kb,
-			.total = os_pool_counter(node, ps, "nr_hugepages"),
-			.free = os_pool_counter(node, ps, "free_hugepages"),
-			.reserved = -1, /* reservations are not per node */
-			.surplus = os_pool_counter(node, ps, "surplus_hugepages"),
-		};
-	}
+	for (int i = 0; i < n; i++)
+		out->pools[i] = pool_of(node, (size_t)sizes[i].kb << 10);
 }
 
 /* Every node there is (the library's list, from libnuma), at most max. */
@@ -399,10 +369,13 @@ static void offered_sizes(char *buf, size_t len)
 
 static bool pool_exists(unsigned long long kb)
 {
-	char path[160];
+	size_t sizes[MAX_POOLS];
+	int n = prim_pool_sizes(sizes, MAX_POOLS);
 
-	snprintf(path, sizeof(path), HUGEPAGES_DIR "/hugepages-%llukB", kb);
-	return access(path, F_OK) == 0;
+	for (int i = 0; i < n; i++)
+		if (sizes[i] == (size_t)kb << 10)
+			return true;
+	return false;
 }
 
 static int parse_pool_arg(const char *arg, struct pool_request *r)
@@ -439,23 +412,14 @@ static int parse_pool_arg(const char *arg, struct pool_request *r)
 	return 0;
 }
 
-/* The pool's nr_hugepages file: the whole pool's, or node's (node >= 0). */
-static void nr_path(int node, unsigned long long kb, char *path, size_t len)
-{
-	if (node < 0)
-		snprintf(path, len, HUGEPAGES_DIR "/hugepages-%llukB/nr_hugepages", kb);
-	else
-		snprintf(path, len, "/sys/devices/system/node/node%d/hugepages/hugepages-%llukB/nr_hugepages",
-			 node, kb);
-}
-
 static int write_pool(struct pool_request *r, int node)
 {
-	char path[160], val[32];
+	char path[256], val[32];
 	int fd, n;
 	ssize_t w;
 
-	nr_path(node, r->kb, path, sizeof(path));
+	/* the file the library reads: the whole pool's, or node's (node >= 0) */
+	prim_pool_path(node, (size_t)r->kb << 10, "nr_hugepages", path, sizeof(path));
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0) {
 		warnx("pool: %s: %s", path, strerror(errno));
@@ -466,8 +430,8 @@ static int write_pool(struct pool_request *r, int node)
 	if (w != n && errno != ENOMEM) /* short pools still take effect */
 		warnx("pool: writing %s: %s", path, strerror(errno));
 	close(fd);
-	r->got = os_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
-	r->free = os_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
+	r->got = prim_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
+	r->free = prim_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
 	return 0;
 }
 

@@ -47,7 +47,7 @@ static void test_staged_two_nodes(void **state)
 	hp_numa_t pref0 = numa_make(NUMA_PREFERRED, 1), local = numa_make(NUMA_LOCAL, 0);
 
 	snprintf(root, sizeof(root), "%s/sysfs", getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/tmp");
-	os_pool_sysfs_root(root);
+	prim_sysfs_root(root);
 	stage(0, 8, 0); /* every free page on node 1 */
 	assert_int_equal(numa_pool_available(bind0, PS), 0);
 	assert_int_equal(numa_pool_available(bind1, PS), 8);
@@ -57,6 +57,10 @@ static void test_staged_two_nodes(void **state)
 	assert_int_equal(numa_pool_available(bind0, PS), 2);
 	assert_int_equal(numa_pool_available(bind1, PS), 5);
 	assert_int_equal(numa_pool_available(bind01, PS), 10);
+	/* the kernel's own policy reads the same staged pool (one root for
+	 * every pool file): the whole pool's free - reserved */
+	assert_int_equal(numa_pool_available(HP_NUMA_DEFAULT, PS), 10);
+	assert_int_equal(os_pool_available(PS), 10);
 	stage(1, 8, 3); /* reserved beyond what node 0 has free: none, not negative */
 	assert_int_equal(numa_pool_available(bind0, PS), 0);
 	/* the counters missing: unknown, never "all free" */
@@ -65,7 +69,7 @@ static void test_staged_two_nodes(void **state)
 	snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages", root);
 	unlink(path);
 	assert_int_equal(numa_pool_available(bind1, PS), -1);
-	os_pool_sysfs_root(NULL);
+	prim_sysfs_root(NULL);
 	/* placements that do not confine pages read the real whole pool */
 	long whole = os_pool_available(PS);
 	assert_int_equal(numa_pool_available(pref0, PS), whole);
@@ -80,13 +84,16 @@ static void test_staged_planning(void **state)
 {
 	(void)state;
 	snprintf(root, sizeof(root), "%s/sysfs", getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/tmp");
-	os_pool_sysfs_root(root);
+	prim_sysfs_root(root);
 	stage(0, 8, 0);
 	assert_false(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 1)));
 	assert_true(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 2)));
 	assert_false(os_pool_ready(PS, 18 * MiB, numa_make(NUMA_BIND, 2)));
 	assert_true(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_INTERLEAVE, 3)));
-	os_pool_sysfs_root(NULL);
+	/* the default policy plans from the staged whole pool too */
+	assert_true(os_pool_ready(PS, 16 * MiB, HP_NUMA_DEFAULT));
+	assert_false(os_pool_ready(PS, 18 * MiB, HP_NUMA_DEFAULT));
+	prim_sysfs_root(NULL);
 }
 
 /* The real pool of node 0 (root): the library's count for bind:0 follows
@@ -106,7 +113,7 @@ static void test_real_node0(void **state)
 	fprintf(f, "24\n");
 	fclose(f);
 	hp_numa_t bind0 = numa_make(NUMA_BIND, 1);
-	long node_free = os_pool_counter(0, PS, "free_hugepages");
+	long node_free = prim_pool_counter(0, PS, "free_hugepages");
 	if (node_free != 24)
 		harness_skip("kernel gave node 0 %ld free 2 MiB pages, 24 wanted", node_free);
 	assert_int_equal(numa_pool_available(bind0, PS), 24);
@@ -116,7 +123,7 @@ static void test_real_node0(void **state)
 	assert_int_equal(numa_pool_available(bind0, PS), 19);
 	/* touched: the pages leave node 0's free list and the reservation */
 	memset(r, 1, 10 * MiB);
-	assert_int_equal(os_pool_counter(0, PS, "free_hugepages"), 19);
+	assert_int_equal(prim_pool_counter(0, PS, "free_hugepages"), 19);
 	assert_int_equal(numa_pool_available(bind0, PS), 19);
 	munmap(r, 10 * MiB);
 	assert_int_equal(numa_pool_available(bind0, PS), 24);

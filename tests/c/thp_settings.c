@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char root[512];
+static char base[512], root[600]; /* a staged sysfs; its THP directory */
 
 static void put(const char *rel, const char *text)
 {
@@ -29,11 +29,12 @@ static void put(const char *rel, const char *text)
 static void stage(const char *name)
 {
 	char cmd[600];
-	snprintf(root, sizeof(root), "%s/thp-%s",
+	snprintf(base, sizeof(base), "%s/thp-%s",
 		 getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/tmp", name);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
 	assert_int_equal(system(cmd), 0);
-	thp_sysfs_root(root);
+	snprintf(root, sizeof(root), "%s/kernel/mm/transparent_hugepage", base);
+	prim_sysfs_root(base);
 }
 
 static const struct thp_size *size_of(const struct thp_size *s, int n, size_t size)
@@ -82,7 +83,7 @@ static void test_multi_size(void **state)
 
 	/* no more than the caller has room for */
 	assert_int_equal(thp_sizes(s, 2), 2);
-	thp_sysfs_root(NULL);
+	prim_sysfs_root(NULL);
 }
 
 static void test_before_multi_size(void **state)
@@ -101,7 +102,7 @@ static void test_before_multi_size(void **state)
 	put("enabled", "always madvise [never]");
 	assert_int_equal(thp_sizes(s, 4), 1);
 	assert_false(s[0].serves);
-	thp_sysfs_root(NULL);
+	prim_sysfs_root(NULL);
 }
 
 static void test_no_thp(void **state)
@@ -114,7 +115,7 @@ static void test_no_thp(void **state)
 	assert_int_equal(thp_sizes(s, 4), -1);
 	assert_int_equal(thp_setting("enabled", word, sizeof(word)), -1);
 	assert_string_equal(word, "unavailable");
-	thp_sysfs_root(NULL);
+	prim_sysfs_root(NULL);
 }
 
 static void test_unreadable_size_left_out(void **state)
@@ -130,7 +131,7 @@ static void test_unreadable_size_left_out(void **state)
 	assert_int_equal(mkdir(dir, 0755), 0); /* a size without its file */
 	assert_int_equal(thp_sizes(s, 4), 1);
 	assert_int_equal(s[0].size, 2 * MiB);
-	thp_sysfs_root(NULL);
+	prim_sysfs_root(NULL);
 }
 
 /* The real directory: every hugepages-<N>kB with an enabled file, listed

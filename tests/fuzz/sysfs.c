@@ -1,7 +1,7 @@
 /* Fuzz target: the kernel files the library reads through a staged sysfs
  * root (what tests use): THP settings and sizes (lib/thp.c: thp_setting,
  * thp_sizes, multi-size THP directories) and hugetlb pool counters
- * (lib/os.c: os_pool_counter).  The kernel is no adversary, but these
+ * (lib/prim.c: prim_pool_counter).  The kernel is no adversary, but these
  * readers are cheap to fuzz and `hpctl status` prints what they return.
  *
  * Input: records as in the control target, "=== PATH\nBODY", PATH relative
@@ -13,7 +13,7 @@
  * "unavailable" exactly when it fails; thp_sizes() gives at most the room
  * it has, ascending, each with a terminated setting, serving madvised
  * memory exactly when its setting is always or madvise, or inherit while
- * the top-level one is; os_pool_counter() is the file's leading number or
+ * the top-level one is; prim_pool_counter() is the file's leading number or
  * -1 without one. */
 #include "fuzz.h"
 #include "internal.h"
@@ -26,7 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define THP "kernel/mm/transparent_hugepage"
 #define POOL "kernel/mm/hugepages/hugepages-2048kB"
 #define MAX_SIZES 8
 
@@ -144,14 +143,14 @@ static void check_counter(const char *file)
 			want = (long long)strtoull(buf, NULL, 10);
 		}
 	}
-	long long got = os_pool_counter(-1, 2 * HP_MiB, file);
+	long long got = prim_pool_counter(-1, 2 * HP_MiB, file);
 	if (got != want)
-		fuzz_fail("os_pool_counter(%s): %lld, the file says %lld", file, got, want);
+		fuzz_fail("prim_pool_counter(%s): %lld, the file says %lld", file, got, want);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char top[32], defrag[8], thp_dir[PATH_MAX + 64];
+	char top[32], defrag[8];
 
 	fuzz_init();
 	fuzz_input(data, size);
@@ -161,9 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (rootfd < 0)
 			fuzz_fail("%s: %s", root, strerror(errno));
-		snprintf(thp_dir, sizeof(thp_dir), "%s/" THP, root);
-		thp_sysfs_root(strdup(thp_dir));
-		os_pool_sysfs_root(root);
+		prim_sysfs_root(root);
 	}
 	stage_all((const char *)data, size);
 	check_setting("enabled", top, sizeof(top));

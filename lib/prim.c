@@ -1,0 +1,304 @@
+/* The only place that talks to the kernel about memory: every memory system
+ * call of the library (mmap, munmap, mprotect, mremap, madvise, mbind,
+ * memfd_create, ftruncate, the seals) and every read of the hugetlb and
+ * THP files of sysfs.  Modelled on mimalloc's "primitive" layer
+ * (include/mimalloc/prim.h, src/prim/): the files that decide -- os.c
+ * (private blocks), shared.c, numa.c, thp.c, and hpctl through private.h --
+ * call these and nothing below them, so one file knows each system call's
+ * flags and each sysfs path, and a staged sysfs (tests) stands in for all
+ * of them at once.  One exception: the MADV_DONTNEED of a block released
+ * through io_uring is an entry ring.c prepares in the janitor's ring, not a
+ * system call (ring.c says why only that thread touches the ring).
+ *
+ * Rules:
+ *   - no policy: which page size, backend, fallback or placement a block
+ *     gets is decided by the caller; these carry it out;
+ *   - no lock is taken and no memory allocated (directories are read with
+ *     getdents64 into the stack, not opendir): callers run under
+ *     hp_heap_lock, inside pthread_once and inside the malloc of an
+ *     interposer (libhpalloc-preload.so);
+ *   - nothing is logged: the caller knows what the failure means;
+ *   - errno: a system call wrapper fails as the call does, -1 (or NULL for
+ *     a mapping) with the kernel's errno, which the cleanup of a failed
+ *     attempt leaves as it was; a sysfs reader returns -1 for "unknown" and
+ *     leaves errno as it found it (a missing file is an answer, not an
+ *     error of the caller's). */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifdef HAVE_LIBNUMA
+#include <numaif.h>
+#endif
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_HUGE_SHIFT
+#define MFD_HUGE_SHIFT 26
+#endif
+#define HUGETLBFS_MAGIC 0x958458f6
+#define TMPFS_MAGIC 0x01021994
+
+/* ---- mappings ------------------------------------------------------------------ */
+
+void *prim_map(void *hint, size_t len, int prot, int flags, int fd)
+{
+	void *p = mmap(hint, len, prot, flags, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void *prim_map_hugetlb(size_t len, size_t pagesize)
+{
+	return prim_map(NULL, len, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (prim_page_shift(pagesize) << MAP_HUGE_SHIFT),
+			-1);
+}
+
+/* The kernel often hands out a 2 MiB aligned address by itself (large
+ * anonymous and shmem mappings, Linux 6.7+): take it.  Else reserve 2 MiB
+ * more, inaccessible and uncharged, and map over its aligned part, which
+ * works for a file too (its offset 0 lands on the boundary); the rest of
+ * the reservation goes back. */
+void *prim_map_aligned(size_t len, int prot, int flags, int fd)
+{
+	char *p = prim_map(NULL, len, prot, flags, fd);
+	if (!p || ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0)
+		return p;
+	munmap(p, len);
+	size_t span = len + HP_THP_SIZE;
+	char *raw = prim_map(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1);
+	if (!raw)
+		return NULL;
+	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
+	if (!prim_map(start, len, prot, flags | MAP_FIXED, fd)) {
+		int err = errno;
+		munmap(raw, span);
+		errno = err;
+		return NULL;
+	}
+	if (start > raw)
+		munmap(raw, (size_t)(start - raw));
+	if (raw + span > start + len)
+		munmap(start + len, (size_t)(raw + span - (start + len)));
+	return start;
+}
+
+int prim_unmap(void *addr, size_t len)
+{
+	return munmap(addr, len);
+}
+
+int prim_protect(void *addr, size_t len, int prot)
+{
+	return mprotect(addr, len, prot);
+}
+
+int prim_advise(void *addr, size_t len, int advice)
+{
+	return madvise(addr, len, advice);
+}
+
+void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	void *p = mremap(addr, old_len, new_len, flags, new_addr);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes, unsigned long maxnode)
+{
+#ifdef HAVE_LIBNUMA
+	return (int)mbind(addr, len, mode, nodes, maxnode, 0);
+#else
+	(void)addr, (void)len, (void)mode, (void)nodes, (void)maxnode;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/* ---- memfds --------------------------------------------------------------------- */
+
+int prim_memfd(const char *name, size_t len, size_t pagesize, unsigned seals)
+{
+	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	if (pagesize)
+		flags |= MFD_HUGETLB | ((unsigned)prim_page_shift(pagesize) << MFD_HUGE_SHIFT);
+	int fd = memfd_create(name, flags);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len) == 0 && fcntl(fd, F_ADD_SEALS, (int)seals) == 0)
+		return fd;
+	int err = errno;
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+/* fstat first: it answers for any descriptor without blocking. */
+int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why)
+{
+	struct stat st;
+	struct statfs sf;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		*why = "not a regular file";
+		return -1;
+	}
+	if (fstatfs(fd, &sf) != 0 || ((unsigned long)sf.f_type != TMPFS_MAGIC &&
+				      (unsigned long)sf.f_type != HUGETLBFS_MAGIC)) {
+		*why = "not a memfd";
+		return -1;
+	}
+	out->hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
+	out->pagesize = out->hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
+	out->len = st.st_size > 0 ? (size_t)st.st_size : 0;
+	out->seals = fcntl(fd, F_GET_SEALS);
+	return 0;
+}
+
+/* ---- sysfs ---------------------------------------------------------------------- */
+
+#define HUGETLB_DIR "kernel/mm/hugepages"
+#define THP_DIR "kernel/mm/transparent_hugepage"
+#define NODE_DIR "devices/system/node"
+
+static const char *sysfs = "/sys";
+
+void prim_sysfs_root(const char *root)
+{
+	sysfs = root ? root : "/sys";
+}
+
+/* The file at path (below the root), NUL-terminated in buf; its length, or
+ * -1 if it cannot be read or is empty.  errno as it was. */
+static ssize_t read_file(const char *path, char *buf, size_t len)
+{
+	HP_ERRNO_SAVE;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = -1;
+
+	if (fd >= 0) {
+		n = read(fd, buf, len - 1);
+		close(fd);
+	}
+	if (n <= 0)
+		n = -1;
+	else
+		buf[n] = '\0';
+	HP_ERRNO_RESTORE;
+	return n;
+}
+
+/* The page size a directory named hugepages-<N>kB stands for (the hugetlb
+ * pools' and multi-size THP's), 0 for any other name (the kernel's
+ * spelling only, so that the name can be rebuilt from the size). */
+static size_t hugepages_dir_size(const char *name)
+{
+	unsigned long long kb;
+	char tail[4], canon[64];
+
+	if (sscanf(name, "hugepages-%llu%3s", &kb, tail) != 2 || strcmp(tail, "kB") != 0 ||
+	    kb == 0 || kb > SIZE_MAX >> 10)
+		return 0;
+	snprintf(canon, sizeof(canon), "hugepages-%llukB", kb);
+	return strcmp(canon, name) == 0 ? (size_t)kb << 10 : 0;
+}
+
+/* A few sizes: an insertion sort (qsort may allocate). */
+static void sort_sizes(size_t *v, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			size_t t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+}
+
+/* The sizes of the hugepages-<N>kB directories of dir (below the root),
+ * the first max of them, ascending; -1 if dir cannot be opened. */
+static int list_sizes(const char *dir, size_t *out, int max)
+{
+	char path[512], buf[4096] __attribute__((aligned(8)));
+	HP_ERRNO_SAVE;
+	ssize_t n;
+	int count = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", sysfs, dir);
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		HP_ERRNO_RESTORE;
+		return -1;
+	}
+	while ((n = getdents64(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *e = (struct dirent64 *)(buf + off);
+			size_t size = hugepages_dir_size(e->d_name);
+			off += e->d_reclen;
+			if (size && count < max)
+				out[count++] = size;
+		}
+	close(fd);
+	sort_sizes(out, count);
+	HP_ERRNO_RESTORE;
+	return count;
+}
+
+int prim_pool_sizes(size_t *out, int max)
+{
+	return list_sizes(HUGETLB_DIR, out, max);
+}
+
+int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len)
+{
+	int n;
+	if (node < 0)
+		n = snprintf(buf, len, "%s/" HUGETLB_DIR "/hugepages-%zukB/%s", sysfs, pagesize >> 10, file);
+	else
+		n = snprintf(buf, len, "%s/" NODE_DIR "/node%d/hugepages/hugepages-%zukB/%s", sysfs, node,
+			     pagesize >> 10, file);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+long long prim_pool_counter(int node, size_t pagesize, const char *file)
+{
+	char path[256], buf[32];
+
+	if (prim_pool_path(node, pagesize, file, path, sizeof(path)) < 0 ||
+	    read_file(path, buf, sizeof(buf)) < 0)
+		return -1;
+	/* the kernel's counters are unsigned and can transiently wrap (a
+	 * reserve count of -4 reads 18446744073709551612): keep it modular */
+	return (long long)strtoull(buf, NULL, 10);
+}
+
+int prim_thp_read(const char *rel, char *buf, size_t len)
+{
+	char path[512], line[256];
+
+	snprintf(path, sizeof(path), "%s/" THP_DIR "/%s", sysfs, rel);
+	if (read_file(path, line, sizeof(line)) < 0)
+		return -1;
+	line[strcspn(line, "\n")] = '\0';
+	snprintf(buf, len, "%s", line);
+	return 0;
+}
+
+int prim_thp_sizes(size_t *out, int max)
+{
+	return list_sizes(THP_DIR, out, max);
+}

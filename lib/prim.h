@@ -1,0 +1,72 @@
+/* prim.c: the only place in lib/ that talks to the kernel about memory --
+ * every mmap, munmap, mprotect, mremap, madvise, mbind, memfd_create,
+ * ftruncate and seal, and every read of the hugetlb and THP files of
+ * sysfs.  Modelled on mimalloc's include/mimalloc/prim.h: os.c, shared.c,
+ * numa.c and thp.c decide, prim.c carries out.  Rules (prim.c's first
+ * comment says why):
+ *   - no policy: no page size, backend or fallback is chosen here;
+ *   - no lock taken, no memory allocated (callers run inside interposers
+ *     and under hp_heap_lock), nothing logged (the caller says what failed);
+ *   - a system call wrapper fails as the call does: -1 or NULL with errno
+ *     the kernel's; a sysfs reader says "unknown" (-1) and leaves errno as
+ *     it found it.
+ * Included by internal.h; the readers hpctl also calls are in private.h. */
+#ifndef HP_PRIM_H
+#define HP_PRIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The log2 of a page size: how MAP_HUGE_* and MFD_HUGE_* name it. */
+static inline int prim_page_shift(size_t pagesize)
+{
+	return 63 - __builtin_clzll((unsigned long long)pagesize);
+}
+
+/* ---- mappings ------------------------------------------------------------------ */
+/* mmap(2) of fd (-1: anonymous); NULL + errno instead of MAP_FAILED. */
+HP_HIDDEN void *prim_map(void *hint, size_t len, int prot, int flags, int fd);
+/* Private anonymous hugetlb pages of pagesize (reserved now: no
+ * MAP_NORESERVE); NULL + errno. */
+HP_HIDDEN void *prim_map_hugetlb(size_t len, size_t pagesize);
+/* len bytes of fd (-1: anonymous) mapped with prot and flags starting on a
+ * 2 MiB boundary; NULL + errno. */
+HP_HIDDEN void *prim_map_aligned(size_t len, int prot, int flags, int fd);
+HP_HIDDEN int prim_unmap(void *addr, size_t len);
+HP_HIDDEN int prim_protect(void *addr, size_t len, int prot);
+HP_HIDDEN int prim_advise(void *addr, size_t len, int advice);
+/* mremap(2); NULL + errno instead of MAP_FAILED. */
+HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags, void *new_addr);
+/* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
+HP_HIDDEN int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes,
+			 unsigned long maxnode);
+
+/* ---- memfds --------------------------------------------------------------------- */
+/* A close-on-exec memfd named name of len bytes (hugetlb pages of pagesize,
+ * 0: shmem) with seals added before anyone else can have it; -1 + errno,
+ * nothing left open. */
+HP_HIDDEN int prim_memfd(const char *name, size_t len, size_t pagesize, unsigned seals);
+/* What a descriptor someone handed us is, asked in an order that never
+ * blocks (fstat, then fstatfs, then its seals). */
+struct prim_memfd {
+	size_t len;      /* its size */
+	size_t pagesize; /* hugetlbfs: its page size; shmem: 4096 */
+	bool hugetlb;
+	int seals;       /* F_GET_SEALS, -1 if it has none to tell */
+};
+/* 0, or -1 with *why "not a regular file" / "not a memfd". */
+HP_HIDDEN int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why);
+
+/* ---- sysfs: hugetlb pools and THP settings ---------------------------------------- */
+/* Tests: read every file below root (a staged sysfs: root/kernel/mm/hugepages,
+ * root/kernel/mm/transparent_hugepage, root/devices/system/node) instead of
+ * /sys; NULL: /sys.  Set before the reads, never while other threads read. */
+HP_HIDDEN void prim_sysfs_root(const char *root);
+/* The first line of a file of the THP directory (rel: "enabled",
+ * "hugepages-64kB/enabled"), without its newline; -1 unknown. */
+HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
+/* The multi-size THP sizes (its hugepages-<N>kB directories), ascending, at
+ * most max; -1 without the THP directory. */
+HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
+
+#endif
