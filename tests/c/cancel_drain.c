@@ -73,7 +73,7 @@ static int child_cancel_in_drain(void)
 	}
 	cancel_watchdog(20, "hp_release_drain after a thread was cancelled in one");
 	hp_release_drain();
-	if (fault_mapped_bytes(a, 8 * MiB) != 0) {
+	if (harness_mapped(a, 8 * MiB) != 0) {
 		cancel_say("FAIL: the block in the ring was never released\n");
 		bad = 1;
 	}
@@ -85,7 +85,7 @@ static int child_cancel_in_drain(void)
 	b[0] = 1;
 	hp_free(b);
 	hp_release_drain();
-	if (fault_mapped_bytes(b, 8 * MiB) != 0) {
+	if (harness_mapped(b, 8 * MiB) != 0) {
 		cancel_say("FAIL: a block freed after the cancel was never released\n");
 		bad = 1;
 	}

@@ -55,7 +55,7 @@ static int later_calls_return(void *block)
 	cancel_watchdog(20, "hp_* calls after a thread was cancelled in hp_malloc");
 	hp_free(block);
 	hp_release_drain();
-	if (block && fault_mapped_bytes(block, SIZE) != 0) {
+	if (block && harness_mapped(block, SIZE) != 0) {
 		cancel_say("FAIL: the victim's block was not released\n");
 		bad = 1;
 	}

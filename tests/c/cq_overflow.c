@@ -82,7 +82,7 @@ static int child_overflow(void)
 	hp_release_drain(); /* hangs (watchdog) if a completion was lost */
 	for (int i = 0; i < THREADS; i++)
 		for (int j = 0; j < PER_THREAD; j++)
-			if (fault_mapped_bytes(freed[i][j], SIZE) && !((char *)freed[i][j] >= (char *)live &&
+			if (harness_mapped(freed[i][j], SIZE) && !((char *)freed[i][j] >= (char *)live &&
 								  (char *)freed[i][j] < (char *)live + 32 * MiB)) {
 				/* a later block may sit at a freed address: only live ones count */
 				fprintf(stderr, "FAIL: freed block %d/%d at %p still mapped:\n", i, j,

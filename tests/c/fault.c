@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -245,28 +244,6 @@ long fault_thread_syscall(int tid)
 		nr = -1;
 	fclose(f);
 	return nr;
-}
-
-size_t fault_mapped_bytes(const void *addr, size_t len)
-{
-	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
-	char line[512];
-	size_t total = 0;
-	FILE *f = fopen("/proc/self/maps", "re");
-
-	if (!f)
-		return (size_t)-1;
-	while (fgets(line, sizeof(line), f)) {
-		uintmax_t start, end;
-		if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX, &start, &end) != 2)
-			continue;
-		uintptr_t s = start > lo ? (uintptr_t)start : lo;
-		uintptr_t e = end < hi ? (uintptr_t)end : hi;
-		if (s < e)
-			total += e - s;
-	}
-	fclose(f);
-	return total;
 }
 
 int fault_seccomp_refuse(long nr, int err)

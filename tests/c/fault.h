@@ -7,9 +7,8 @@
  * forward to via RTLD_NEXT).  Until armed, each forwards to the real one.
  * Counters are atomics: the janitor thread submits too.
  *
- * Also: helpers that ask the kernel (not hpalloc) whether an address range
- * is mapped, a seccomp filter refusing io_uring_setup, and sysctl save and
- * restore. */
+ * Also: a seccomp filter refusing io_uring_setup, and sysctl save and
+ * restore.  Whether an address range is mapped: harness_mapped(). */
 #ifndef HP_TESTS_FAULT_H
 #define HP_TESTS_FAULT_H
 
@@ -48,8 +47,6 @@ int fault_fds_linking(const char *target, int *first);
  * /proc/self/task/<tid>/syscall), -1 if running or unknown. */
 long fault_thread_syscall(int tid);
 
-/* Bytes of [addr, addr+len) that /proc/self/maps shows mapped. */
-size_t fault_mapped_bytes(const void *addr, size_t len);
 /* Install a seccomp filter making io_uring_setup fail with EPERM (this
  * thread and its children; call in a child process).  0 or -1. */
 int fault_seccomp_no_io_uring(void);

@@ -35,11 +35,11 @@ static int child_checks(void **mine, void **theirs, unsigned char *live)
 {
 	hp_release_drain();
 	for (int i = 0; i < NFREE; i++) {
-		if (fault_mapped_bytes(mine[i], SIZE) != 0) {
+		if (harness_mapped(mine[i], SIZE) != 0) {
 			fprintf(stderr, "child: block %d freed before fork still mapped\n", i);
 			return 1;
 		}
-		if (fault_mapped_bytes(theirs[i], SIZE) != 0 && !live_in_registry(theirs[i])) {
+		if (harness_mapped(theirs[i], SIZE) != 0 && !live_in_registry(theirs[i])) {
 			fprintf(stderr, "child: block %d freed by the other thread still mapped\n", i);
 			return 1;
 		}
@@ -52,7 +52,7 @@ static int child_checks(void **mine, void **theirs, unsigned char *live)
 	q[SIZE - 1] = 1;
 	hp_free(q);
 	hp_release_drain();
-	return fault_mapped_bytes(q, SIZE) == 0 ? 0 : 4;
+	return harness_mapped(q, SIZE) == 0 ? 0 : 4;
 }
 
 static void alloc_touched(void **blocks)

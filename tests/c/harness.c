@@ -1,7 +1,6 @@
 /* Shared helpers of the cmocka C tests; see harness.h. */
 #include "harness.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -683,66 +682,7 @@ bool harness_ring_ready_within(unsigned ms)
 	}
 }
 
-/* ---- smaps, read independently of the library ------------------------------------ */
-static bool is_smaps_header(const char *line)
-{
-	/* entries start "start-end perms ..." in lowercase hex; fields start
-	 * with a capitalised name ("Rss:", "VmFlags:") */
-	return isdigit((unsigned char)line[0]) || (line[0] >= 'a' && line[0] <= 'f');
-}
-
-static size_t kb_field(const char *line, const char *name)
-{
-	size_t n = strlen(name);
-
-	if (strncmp(line, name, n) != 0 || line[n] != ':')
-		return SIZE_MAX;
-	return (size_t)strtoull(line + n + 1, NULL, 10) * KiB;
-}
-
-static void add_smaps_field(const char *line, bool first, struct harness_smaps *out)
-{
-	size_t v;
-
-	if ((v = kb_field(line, "Rss")) != SIZE_MAX)
-		out->rss += v;
-	else if ((v = kb_field(line, "AnonHugePages")) != SIZE_MAX)
-		out->anon_huge += v;
-	else if ((v = kb_field(line, "Private_Hugetlb")) != SIZE_MAX ||
-		 (v = kb_field(line, "Shared_Hugetlb")) != SIZE_MAX)
-		out->hugetlb += v;
-	else if (first && (v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
-		out->kernel_page_size = v;
-	else if (first && strncmp(line, "VmFlags:", 8) == 0)
-		out->thp_eligible = strstr(line, " hg") != NULL;
-}
-
-int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out)
-{
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[512];
-	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
-	bool inside = false;
-
-	memset(out, 0, sizeof(*out));
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (is_smaps_header(line)) {
-			unsigned long start, end;
-			if (sscanf(line, "%lx-%lx", &start, &end) != 2)
-				continue;
-			inside = start < hi && end > lo;
-			if (inside)
-				out->mappings++;
-		} else if (inside) {
-			add_smaps_field(line, out->mappings == 1, out);
-		}
-	}
-	fclose(f);
-	return 0;
-}
-
+/* ---- smaps, read independently of the library (tests/c/smaps.c) ----------------- */
 void harness_check_smaps_reader(const void *addr, size_t len)
 {
 	struct hp_kernel_backing lib;
@@ -753,9 +693,9 @@ void harness_check_smaps_reader(const void *addr, size_t len)
 	assert_true(own.mappings > 0);
 	assert_int_equal(lib.kernel_page_size, own.kernel_page_size);
 	assert_int_equal(lib.rss_bytes, own.rss);
-	assert_int_equal(lib.anon_huge_bytes, own.anon_huge);
+	assert_int_equal(lib.anon_huge_bytes, own.anon_huge + own.shmem_pmd);
 	assert_int_equal(lib.hugetlb_bytes, own.hugetlb);
-	assert_int_equal(lib.huge_bytes, own.anon_huge + own.hugetlb);
+	assert_int_equal(lib.huge_bytes, own.huge);
 	assert_int_equal(!!lib.thp_eligible, own.thp_eligible);
 }
 
@@ -807,7 +747,7 @@ size_t harness_mapped(const void *addr, size_t len)
 	struct overlap o = { (uintptr_t)addr, (uintptr_t)addr + len, 0 };
 
 	if (each_mapping(add_overlap, &o) != 0)
-		fail_msg("harness: cannot read /proc/self/maps");
+		return SIZE_MAX;
 	return o.bytes;
 }
 
@@ -840,37 +780,30 @@ int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end)
 	return 0;
 }
 
+struct huge_vmas {
+	int count;
+	size_t bytes;
+};
+
+static int add_huge_vma(uintptr_t start, uintptr_t end, const struct harness_smaps *m, void *arg)
+{
+	struct huge_vmas *h = arg;
+
+	if (m->kernel_page_size > 4 * KiB || m->thp_eligible) {
+		h->count++;
+		h->bytes += end - start;
+	}
+	return 0;
+}
+
 int harness_huge_vmas(size_t *bytes)
 {
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[512];
-	unsigned long start = 0, end = 0;
-	bool counted = false;
-	int count = 0;
+	struct huge_vmas h = {0};
 
-	*bytes = 0;
-	if (!f)
+	if (harness_smaps_each(add_huge_vma, &h) != 0)
 		fail_msg("harness: cannot read /proc/self/smaps");
-	while (fgets(line, sizeof(line), f)) {
-		size_t v;
-		bool huge = false;
-		if (is_smaps_header(line)) {
-			sscanf(line, "%lx-%lx", &start, &end);
-			counted = false;
-			continue;
-		}
-		if ((v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
-			huge = v > 4 * KiB;
-		else if (strncmp(line, "VmFlags:", 8) == 0)
-			huge = strstr(line, " hg") != NULL;
-		if (huge && !counted) {
-			counted = true;
-			count++;
-			*bytes += end - start;
-		}
-	}
-	fclose(f);
-	return count;
+	*bytes = h.bytes;
+	return h.count;
 }
 
 int harness_pfns(const void *addr, size_t len, uint64_t *pfn)

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "hpalloc.h"
+#include "smaps.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -148,15 +149,8 @@ void harness_pools_restore(void);
 const char *harness_pool_cap(size_t pagesize);
 
 /* ---- what the kernel says, read independently of lib/smaps.c --------------- */
-struct harness_smaps {
-	int mappings;            /* smaps entries overlapping the range */
-	size_t kernel_page_size; /* of the first one                     */
-	size_t rss;
-	size_t anon_huge;
-	size_t hugetlb;          /* Private_Hugetlb + Shared_Hugetlb     */
-	bool thp_eligible;       /* "hg" in VmFlags of the first one     */
-};
-int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out);
+/* struct harness_smaps, harness_smaps_range(), harness_smaps_each() and
+ * what "huge" means: tests/c/smaps.h. */
 /* Fails the test unless hp_kernel_backing() agrees with the harness's own
  * reading of smaps for the range.  Call while nothing else changes it. */
 void harness_check_smaps_reader(const void *addr, size_t len);
@@ -164,7 +158,9 @@ void harness_check_smaps_reader(const void *addr, size_t len);
  * counted there. */
 size_t harness_statm_rss(void);
 /* Bytes of [addr, addr+len) covered by any mapping in /proc/self/maps:
- * after a release, 0 says the block is really gone (not only its pages). */
+ * after a release, 0 says the block is really gone (not only its pages).
+ * SIZE_MAX if the file cannot be read (no count, so every check fails);
+ * it never fails the test itself, so fork children and threads call it. */
 size_t harness_mapped(const void *addr, size_t len);
 /* The mapping (/proc/self/maps entry) holding addr: 0, or -1 if none. */
 int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);

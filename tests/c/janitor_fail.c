@@ -44,7 +44,7 @@ static int child_no_janitor(void)
 			return check(false, "allocation failed");
 		p[0] = p[SIZE - 1] = 1;
 		hp_free(p);
-		if (fault_mapped_bytes(p, SIZE) != 0) {
+		if (harness_mapped(p, SIZE) != 0) {
 			fprintf(stderr, "FAIL: round %d: freed block still mapped\n", i);
 			return 1;
 		}
@@ -73,11 +73,11 @@ static int child_decay_on_free(void)
 		return 1;
 	a[0] = 1;
 	hp_free(a); /* cached */
-	if (fault_mapped_bytes(a, 16 * MiB) != 16 * MiB)
+	if (harness_mapped(a, 16 * MiB) != 16 * MiB)
 		return check(false, "the first block should be cached (still mapped)");
 	usleep(120 * 1000);
 	hp_free(b); /* this free finds a past its decay */
-	int bad = check(fault_mapped_bytes(a, 16 * MiB) == 0, "a decayed block stayed mapped");
+	int bad = check(harness_mapped(a, 16 * MiB) == 0, "a decayed block stayed mapped");
 	bad |= check(stat_of(HP_STAT_CACHE_DECAYS) >= 1, "cache_decays should count it");
 	return bad;
 }

@@ -43,7 +43,7 @@ static int after_close(char *a, const char *how)
 	cancel_watchdog(20, "hp_release_drain after the ring's descriptor was closed");
 	hp_release_drain();
 	cancel_watchdog_off();
-	if (fault_mapped_bytes(a, SIZE) != 0) {
+	if (harness_mapped(a, SIZE) != 0) {
 		cancel_say("FAIL: %s, the block that was in the ring stayed mapped\n", how);
 		bad = 1;
 	}
@@ -56,7 +56,7 @@ static int after_close(char *a, const char *how)
 		cancel_watchdog(20, "hp_release_drain of a later block");
 		hp_release_drain();
 		cancel_watchdog_off();
-		if (fault_mapped_bytes(b, SIZE) != 0) {
+		if (harness_mapped(b, SIZE) != 0) {
 			cancel_say("FAIL: %s, a block freed afterwards stayed mapped\n", how);
 			return 1;
 		}
@@ -116,7 +116,7 @@ static int child_close_range_plain_fd(void)
 	char *b = hp_malloc(SIZE);
 	b[0] = 1;
 	hp_free(b); /* synchronous now: gone when hp_free returns */
-	if (fault_mapped_bytes(b, SIZE) != 0) {
+	if (harness_mapped(b, SIZE) != 0) {
 		cancel_say("FAIL: a release after the close was not synchronous\n");
 		bad = 1;
 	}

@@ -101,13 +101,13 @@ static int reuse_by_file(bool plain_fd)
 		b[0] = 1;
 		hp_free(b);
 		hp_release_drain();
-		if (fault_mapped_bytes(b, SIZE) != 0) {
+		if (harness_mapped(b, SIZE) != 0) {
 			cancel_say("FAIL: a block freed after the reuse stayed mapped\n");
 			bad = 1;
 		}
 	}
 	cancel_watchdog_off();
-	if (fault_mapped_bytes(a, SIZE) != 0) {
+	if (harness_mapped(a, SIZE) != 0) {
 		cancel_say("FAIL: the block that was in the ring stayed mapped\n");
 		bad = 1;
 	}
@@ -174,7 +174,7 @@ static int child_reused_by_ring(void)
 	cancel_watchdog(20, "hp_release_drain with the ring's number reused by another ring");
 	hp_release_drain();
 	cancel_watchdog_off();
-	if (fault_mapped_bytes(a, SIZE) != 0) {
+	if (harness_mapped(a, SIZE) != 0) {
 		cancel_say("FAIL: the block that was in the ring stayed mapped\n");
 		bad = 1;
 	}

@@ -35,7 +35,7 @@ char *ring_util_block_in_ring(void)
 	hp_free(a);
 	for (int i = 0; i < 1000 && fault_submit_failures() == 0; i++)
 		harness_sleep_ms(5);
-	if (fault_submit_failures() == 0 || fault_mapped_bytes(a, RING_UTIL_SIZE) != RING_UTIL_SIZE) {
+	if (fault_submit_failures() == 0 || harness_mapped(a, RING_UTIL_SIZE) != RING_UTIL_SIZE) {
 		cancel_say("FAIL: the block did not stay in the ring: the test did not test\n");
 		return NULL;
 	}

@@ -107,7 +107,7 @@ static void test_hugetlb_block_by_descriptor(void **state)
 	assert_int_equal(b.kernel.hugetlb_bytes, SIZE);
 	close(sv[0]);
 	assert_int_equal(hp_shared_free(p), 0);
-	assert_int_equal(fault_mapped_bytes(p, SIZE), 0);
+	assert_int_equal(harness_mapped(p, SIZE), 0);
 	assert_int_equal(harness_stat(HP_STAT_SHARED_LIVE_BYTES), 0);
 	assert_int_equal(harness_pool_available(2 * MiB), SIZE / (2 * MiB)); /* no leak */
 }
@@ -215,7 +215,7 @@ static void test_fork_while_blocks_come_and_go(void **state)
 		fflush(NULL);
 		pid_t pid = fork();
 		if (pid == 0) {
-			if (hp_shared_free(mine) != 0 || fault_mapped_bytes(mine, 4 * MiB) != 0)
+			if (hp_shared_free(mine) != 0 || harness_mapped(mine, 4 * MiB) != 0)
 				_exit(1);
 			struct hp_stats st; /* an inherited half-made block would show here */
 			hp_stats_get(&st);
@@ -230,25 +230,6 @@ static void test_fork_while_blocks_come_and_go(void **state)
 	atomic_store(&stop, true);
 	pthread_join(t, NULL);
 	assert_int_equal(harness_stat(HP_STAT_SHARED_LIVE_BLOCKS), 0);
-}
-
-/* ShmemPmdMapped of the mapping holding p, read here, not by the library */
-static size_t shmem_pmd_mapped(const void *p)
-{
-	char line[256];
-	size_t kb = 0;
-	bool inside = false;
-	FILE *f = fopen("/proc/self/smaps", "re");
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') - line > 8)
-			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-		else if (inside && sscanf(line, "ShmemPmdMapped: %zu kB", &kb) == 1)
-			break;
-	}
-	if (f)
-		fclose(f);
-	return kb * 1024;
 }
 
 #define SHMEM_ENABLED "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
@@ -282,7 +263,9 @@ static void test_thp_shmem_where_the_kernel_allows(void **state)
 	struct hp_backing b = {0};
 	if (p) {
 		memset(p, 3, 16 * MiB);
-		huge = shmem_pmd_mapped(p);
+		struct harness_smaps k; /* read here, not by the library */
+		if (harness_smaps_range(p, 1, &k) == 0)
+			huge = k.shmem_pmd;
 		hp_backing(p, &b);
 		hp_shared_free(p);
 	}

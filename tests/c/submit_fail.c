@@ -50,12 +50,12 @@ static void submit_fails_then_recovers(int err)
 		hp_release_drain();
 		assert_filled(b, SIZE, 2);
 		assert_filled(c, SIZE, 3);
-		assert_int_equal(fault_mapped_bytes(a, SIZE), 0);
+		assert_int_equal(harness_mapped(a, SIZE), 0);
 		hp_free(b);
 		hp_free(c);
 		hp_release_drain();
-		assert_int_equal(fault_mapped_bytes(b, SIZE), 0);
-		assert_int_equal(fault_mapped_bytes(c, SIZE), 0);
+		assert_int_equal(harness_mapped(b, SIZE), 0);
+		assert_int_equal(harness_mapped(c, SIZE), 0);
 	}
 }
 
@@ -95,7 +95,7 @@ static void test_long_backlog(void **state)
 	fault_submit(0, 0);
 	hp_release_drain();
 	for (int i = 0; i < 32; i++)
-		assert_int_equal(fault_mapped_bytes(freed[i], 4 * MiB), 0);
+		assert_int_equal(harness_mapped(freed[i], 4 * MiB), 0);
 	assert_filled(keep, 8 * MiB, 9);
 	hp_free(keep);
 }

@@ -33,7 +33,7 @@ static int releases_synchronously(void)
 			return 1;
 		p[0] = p[8 * MiB - 1] = 1;
 		hp_free(p);
-		if (fault_mapped_bytes(p, 8 * MiB) != 0) {
+		if (harness_mapped(p, 8 * MiB) != 0) {
 			fprintf(stderr, "FAIL: freed block still mapped (released through a ring?)\n");
 			return 1;
 		}

@@ -39,9 +39,12 @@ published() {
 	fail "process $1 never published $2 huge bytes (last: $(huge_of "$1"))"
 }
 
-# smaps_huge PID: AnonHugePages + Private_Hugetlb of the whole process, bytes.
+# smaps_huge PID: huge bytes of the whole process, bytes, as the tests' one
+# reader of smaps counts them (tests/python/hp_memory.py).
+hp_memory_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../python" && pwd)
 smaps_huge() {
-	awk '/^(AnonHugePages|Private_Hugetlb):/ { s += $2 } END { print s * 1024 }' "/proc/$1/smaps"
+	python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import hp_memory
+print(hp_memory.process_huge_bytes(sys.argv[2]))' "$hp_memory_dir" "$1"
 }
 
 # ---- nobody publishes yet --------------------------------------------------------

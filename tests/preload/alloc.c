@@ -146,8 +146,8 @@ static void test_hugetlb(void)
 	 * THP blocks of that size, so ask for a new size */
 	char *p = malloc(BIG + 2 * MiB);
 	huge_block(p, BIG + 2 * MiB, "malloc with a pool");
-	struct smaps_range r;
-	CHECK(smaps_range(p, BIG, &r) == 0 && r.kernel_page_size == 2 * MiB && r.hugetlb >= BIG,
+	struct harness_smaps r;
+	CHECK(harness_smaps_range(p, BIG, &r) == 0 && r.kernel_page_size == 2 * MiB && r.hugetlb >= BIG,
 	      "not on hugetlb: page %zu, hugetlb %zu", r.kernel_page_size, r.hugetlb);
 	fill(p, BIG, 9);
 	CHECK(check(p, BIG, 9), "hugetlb contents");

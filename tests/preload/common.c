@@ -163,60 +163,21 @@ void preload_pass(const char *name)
 
 /* ---- smaps ------------------------------------------------------------------ */
 
-static size_t field_kb(const char *line, const char *name)
-{
-	size_t n = strlen(name);
-	unsigned long long kb;
-	if (strncmp(line, name, n) || line[n] != ':' || sscanf(line + n + 1, "%llu", &kb) != 1)
-		return 0;
-	return (size_t)kb * 1024;
-}
-
-int smaps_range(const void *addr, size_t len, struct smaps_range *out)
-{
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[512];
-	bool in = false;
-	uintptr_t a = (uintptr_t)addr, e = a + len;
-
-	memset(out, 0, sizeof(*out));
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') &&
-		    line[strcspn(line, " ")] == ' ' && strchr(line, '-') < strchr(line, ' ')) {
-			in = lo < e && hi > a;
-			out->mappings += in;
-			continue;
-		}
-		if (!in)
-			continue;
-		if (out->mappings == 1 && !out->kernel_page_size)
-			out->kernel_page_size = field_kb(line, "KernelPageSize");
-		out->rss += field_kb(line, "Rss");
-		out->anon_huge += field_kb(line, "AnonHugePages");
-		out->hugetlb += field_kb(line, "Private_Hugetlb") + field_kb(line, "Shared_Hugetlb");
-	}
-	fclose(f);
-	return 0;
-}
-
 size_t huge_bytes(void *p, size_t len)
 {
-	struct smaps_range r;
+	struct harness_smaps r;
 	for (size_t off = 0; off < len; off += 4096)
 		((volatile char *)p)[off] = ((volatile char *)p)[off];
-	if (smaps_range(p, len, &r) < 0)
+	if (harness_smaps_range(p, len, &r) < 0)
 		return 0;
-	return r.anon_huge + r.hugetlb;
+	return r.huge;
 }
 
 bool on_small_pages(const void *p)
 {
-	struct smaps_range r;
-	return smaps_range(p, 1, &r) == 0 && r.mappings == 1 && r.kernel_page_size == 4096 &&
-	       r.anon_huge == 0 && r.hugetlb == 0;
+	struct harness_smaps r;
+	return harness_smaps_range(p, 1, &r) == 0 && r.mappings == 1 && r.kernel_page_size == 4096 &&
+	       r.huge == 0;
 }
 
 /* ---- hpalloc, looked up ------------------------------------------------------ */

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../c/smaps.h"
+
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define EXIT_SKIP 77
@@ -41,13 +43,8 @@ extern int preload_checks;
 	} while (0)
 void preload_pass(const char *name); /* prints the count, exits 0 */
 
-/* What /proc/self/smaps says about the mappings overlapping a range. */
-struct smaps_range {
-	int mappings;
-	size_t kernel_page_size; /* of the first one */
-	size_t rss, anon_huge, hugetlb;
-};
-int smaps_range(const void *addr, size_t len, struct smaps_range *out);
+/* What /proc/self/smaps says about the mappings overlapping a range:
+ * harness_smaps_range(), tests/c/smaps.h (the C tests' one reader). */
 /* Bytes of [p, p+len) on huge pages (THP or hugetlb) per smaps; the range
  * is touched first so that there is something to see. */
 size_t huge_bytes(void *p, size_t len);

@@ -149,26 +149,7 @@ def hugetlb_pool():
         reservation.release()
 
 
-# ---- /proc/self/smaps, read independently of the library --------------------
-
-def smaps_entry(address):
-    """The /proc/self/smaps fields (bytes) of the mapping holding address."""
-    fields = None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                start, end = (int(x, 16) for x in head.split("-"))
-                if fields is not None:
-                    break
-                if start <= address < end:
-                    fields = {"start": start, "end": end}
-            elif fields is not None and line.split()[-1] == "kB":
-                key, value = line.split()[:2]
-                fields[key.rstrip(":")] = int(value) * 1024
-    assert fields is not None, "address %#x not mapped" % address
-    return fields
-
+# ---- memory as the kernel sees it: hp_memory.py (the one reader of smaps) ---
 
 def data_address(arr):
     return arr.__array_interface__["data"][0]

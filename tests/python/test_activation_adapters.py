@@ -15,6 +15,7 @@ import pytest
 
 import hpalloc
 from conftest import VENV, python_env
+from hp_memory import CHILD
 from hp_pytest_automake import need
 
 BUILDDIR = os.environ.get("abs_top_builddir")
@@ -25,22 +26,12 @@ MIB64 = 64 << 20
 # the huge bytes smaps reports for the mapping holding its buffer, and
 # which adapters the library counted bytes for (hpalloc imported only at
 # the end, and only to read stats: it is already loaded when active).
-SMAPS = """
+SMAPS = CHILD + """
 import json, sys
+from hp_memory import huge_of, smaps_entry
 def huge_bytes(addr):
-    cur = None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                cur = lo <= addr < hi
-                if cur:
-                    start, end = lo, hi
-                    total = 0
-            elif cur and head in ("AnonHugePages:", "Private_Hugetlb:", "Shared_Hugetlb:"):
-                total += int(line.split()[1]) * 1024
-    return {"huge": total, "mapping": end - start}
+    e = smaps_entry(addr)
+    return {"huge": huge_of(e), "mapping": e["end"] - e["start"]}
 def report(addr):
     out = huge_bytes(addr)
     mod = sys.modules.get("hpalloc")

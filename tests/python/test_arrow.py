@@ -18,8 +18,9 @@ pa = need("pyarrow", "hpalloc.arrow")
 import pyarrow.compute as pc  # noqa: E402
 
 import hpalloc  # noqa: E402
-from conftest import MiB, run_python, smaps_entry  # noqa: E402
-from hp_memory import SIZE, assert_huge, mapping_range  # noqa: E402
+from conftest import MiB, run_python  # noqa: E402
+from hp_memory import (CHILD, SIZE, assert_huge, hugetlb_of, mapping_range,  # noqa: E402
+                       smaps_entry)
 from hpalloc import _hpalloc  # noqa: E402
 
 import hpalloc.arrow as harrow  # noqa: E402
@@ -289,7 +290,7 @@ def test_smaps_of_a_64_mib_buffer_per_pool(uncached):
         out = pc.multiply(src, 2, memory_pool=pool)
         e = smaps_entry(data_buffer(out).address)
         rows[name] = (e["end"] - e["start"], e["Rss"], e.get("AnonHugePages", 0),
-                      e.get("Private_Hugetlb", 0))
+                      hugetlb_of(e))
         print("%-9s mapping %4d MiB  Rss %4d MiB  AnonHugePages %4d MiB  Hugetlb %4d MiB"
               % ((name,) + tuple(v // MiB for v in rows[name])))
         del out
@@ -297,19 +298,11 @@ def test_smaps_of_a_64_mib_buffer_per_pool(uncached):
     assert thp + hugetlb >= SIZE // 2 and mapping < SIZE + 4 * MiB
 
 
-ARROW_PROG = """
+ARROW_PROG = CHILD + """
 import json, pyarrow as pa, pyarrow.compute as pc
+from hp_memory import huge_bytes
 a = pc.multiply(pa.array(range(%d), type=pa.int64()), 2)   # 64 MiB result
-addr = a.buffers()[1].address
-with open("/proc/self/smaps") as f:
-    cur, huge = False, 0
-    for line in f:
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            cur = lo <= addr < hi
-        elif cur and head in ("AnonHugePages:", "Private_Hugetlb:", "Shared_Hugetlb:"):
-            huge += int(line.split()[1]) * 1024
+huge = huge_bytes(a.buffers()[1].address)
 print(json.dumps({"pool": pa.default_memory_pool().backend_name, "huge": huge}))
 """ % N
 

@@ -10,8 +10,8 @@ import pytest
 
 import hpalloc.numpy as hpnp
 import hpalloc.python as hpy
-from conftest import MiB, data_address, smaps_entry
-from hp_memory import SIZE, buffer_address, huge_bytes
+from conftest import MiB, data_address
+from hp_memory import SIZE, buffer_address, huge_bytes, smaps_entry
 from hp_pytest_automake import need
 
 

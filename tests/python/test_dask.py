@@ -35,11 +35,14 @@ import cloudpickle
 
 import hpalloc
 import hpalloc.dask
+import hp_memory
 from conftest import MiB, python_env
+from hp_memory import huge_bytes
 
 # The functions below run inside the workers: ship them by value, the
-# workers cannot import this test module.
+# workers cannot import this test module (nor hp_memory, which they use).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(hp_memory)
 
 # A warning of hpalloc's own code (the client side here, the plugin in the
 # workers through PYTHONWARNINGS, which they inherit) fails the test.
@@ -65,24 +68,6 @@ def watchdog():
 
 # ---- run inside the workers ------------------------------------------------
 
-def smaps_huge(address):
-    """AnonHugePages + hugetlb bytes of the mapping holding address, read
-    from /proc/self/smaps without the library."""
-    huge, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                if inside:
-                    break
-                start, end = (int(x, 16) for x in head.split("-"))
-                inside = start <= address < end
-            elif inside and head in ("AnonHugePages:", "Private_Hugetlb:",
-                                     "Shared_Hugetlb:"):
-                huge += int(line.split()[1]) * 1024
-    return huge
-
-
 def report(arr):
     """Where arr's bytes live, as seen in the worker holding it."""
     import hpalloc.numpy as hpnp
@@ -95,7 +80,7 @@ def report(arr):
         # the hpalloc block holding the data (interior pointers work)
         "backend": _hpalloc.backing(address)["backend"],
         # the worker's own smaps: the test's reading, and the library's
-        "smaps_huge": smaps_huge(address),
+        "smaps_huge": huge_bytes(address),
         "backing_huge": hpnp.backing(arr)["huge_bytes"],
         "nbytes": arr.nbytes,
     }
@@ -142,7 +127,7 @@ def torch_tensor_report(nbytes):
     import torch
     import hpalloc.numpy as hpnp
     t = torch.ones(nbytes // 8, dtype=torch.float64)
-    return {"backend": hpnp.backing(t)["backend"], "smaps_huge": smaps_huge(t.data_ptr()),
+    return {"backend": hpnp.backing(t)["backend"], "smaps_huge": huge_bytes(t.data_ptr()),
             "backing_huge": hpnp.backing(t)["huge_bytes"], "nbytes": nbytes,
             "installed": sys.modules["hpalloc.torch"].installed()
             if "hpalloc.torch" in sys.modules else False}

@@ -9,7 +9,8 @@ import pytest
 
 import hpalloc
 import hpalloc.numpy as hpnp
-from conftest import GiB, MiB, data_address, pool_dir, pool_read, smaps_entry
+from conftest import GiB, MiB, data_address, pool_dir, pool_read
+from hp_memory import hugetlb_of, smaps_entry
 from hp_pytest_automake import skip as skip_lacking
 
 
@@ -26,8 +27,7 @@ def check_hugetlb(arr, pagesize):
     assert info["mapping_size"] % pagesize == 0
     smaps = smaps_entry(data_address(arr))
     assert smaps["KernelPageSize"] == pagesize
-    hugetlb = smaps.get("Private_Hugetlb", 0) + smaps.get("Shared_Hugetlb", 0)
-    assert hugetlb >= arr.nbytes
+    assert hugetlb_of(smaps) >= arr.nbytes
 
 
 @pytest.mark.parametrize("make", [hpnp.zeros, hpnp.empty])

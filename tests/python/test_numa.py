@@ -15,6 +15,7 @@ import pytest
 import hpalloc
 import hpalloc.numpy as hn
 from conftest import MiB, data_address
+from hp_memory import numa_maps_entry
 
 BLOCK = 64 * MiB
 
@@ -48,22 +49,6 @@ WHY_NOT = why_not()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 NODES = mem_nodes() if WHY_NOT is None else [0]
 FIRST = NODES[0]
-
-
-def numa_maps_entry(address):
-    """(policy, {node: pages}, huge) of the mapping starting at address."""
-    with open("/proc/self/numa_maps") as f:
-        for line in f:
-            words = line.split()
-            if int(words[0], 16) != address:
-                continue
-            pages = {}
-            for w in words[2:]:
-                if w.startswith("N") and "=" in w:
-                    node, count = w[1:].split("=")
-                    pages[int(node)] = int(count)
-            return words[1], pages, "huge" in words
-    raise AssertionError("no numa_maps entry at %#x" % address)
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,9 @@ numba = need("numba", "hpalloc.numba")
 import hpalloc  # noqa: E402
 import hpalloc.numba as hnb  # noqa: E402
 import hpalloc.numpy as hpnp  # noqa: E402
-from conftest import MiB, data_address, python_env, run_python, smaps_entry  # noqa: E402
-from hp_memory import SIZE, assert_huge, assert_not_huge, mapping_range  # noqa: E402
+from conftest import MiB, data_address, python_env, run_python  # noqa: E402
+from hp_memory import (SIZE, assert_huge, assert_not_huge, mapping_range,  # noqa: E402
+                       smaps_entry)
 from numba import njit, prange  # noqa: E402
 from numba.core.runtime import _nrt_python, rtsys  # noqa: E402
 

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from conftest import python_env
+from hp_memory import CHILD
 from hp_pytest_automake import need
 
 BUILDDIR = os.environ.get("abs_top_builddir")
@@ -30,21 +31,11 @@ if not BUILDDIR or not PRELOAD:
 
 HPCTL = os.path.join(BUILDDIR, "tools", "hpctl")
 
-# Reads its own smaps: bytes on huge pages (THP or hugetlb) in the mappings
-# holding [address, address + size).
-SMAPS = textwrap.dedent("""
+# Reads its own smaps (hp_memory, which imports nothing of hpalloc): bytes on
+# huge pages in the mappings holding [address, address + size).
+SMAPS = CHILD + textwrap.dedent("""
     import json, sys
-    def huge_bytes(address, size):
-        total, inside = 0, False
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split()[0]
-                if "-" in head and not head.endswith(":"):
-                    lo, hi = (int(x, 16) for x in head.split("-"))
-                    inside = lo < address + size and hi > address
-                elif inside and head in ("AnonHugePages:", "Private_Hugetlb:"):
-                    total += int(line.split()[1]) * 1024
-        return total
+    from hp_memory import huge_bytes
 """)
 
 TENSORS = SMAPS + textwrap.dedent("""

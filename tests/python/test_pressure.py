@@ -30,6 +30,7 @@ import time
 import pytest
 
 from conftest import python_env
+from hp_memory import CHILD
 from hp_pytest_automake import skip
 
 MiB = 1 << 20
@@ -223,8 +224,9 @@ def survives(cg, argv, env):
 
 
 # ---- what the kernel takes back, and what it must not ------------------------------
-RECLAIM = textwrap.dedent("""
+RECLAIM = CHILD + textwrap.dedent("""
     import ctypes, os, sys
+    from hp_memory import overlapping
     from ctypes import c_void_p, c_size_t, c_char_p
     SIZE, MiB = 64 << 20, 1 << 20
     lib = ctypes.CDLL("libhpalloc.so.1")
@@ -241,16 +243,7 @@ RECLAIM = textwrap.dedent("""
 
     def rss(addr):
         # Rss of the mappings overlapping [addr, addr + SIZE)
-        total, inside = 0, False
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split()[0]
-                if "-" in head and not head.endswith(":"):
-                    lo, hi = (int(x, 16) for x in head.split("-"))
-                    inside = lo < addr + SIZE and hi > addr
-                elif inside and head == "Rss:":
-                    total += int(line.split()[1]) * 1024
-        return total
+        return sum(e.get("Rss", 0) for e in overlapping(addr, SIZE))
 
     def holds(addr, byte):
         return ctypes.string_at(addr, SIZE).count(bytes([byte])) == SIZE

@@ -17,7 +17,7 @@ import hpalloc.numpy as hpnp
 import hpalloc.python as hpy
 from conftest import MiB, data_address, python_env, run_python
 from hp_memory import (SIZE, assert_huge, assert_not_huge, buffer_address,
-                       mapping_range)
+                       hugetlb_of, mapping_range, smaps_entry)
 
 
 @pytest.fixture
@@ -179,10 +179,9 @@ def test_hugetlb_pool_backs_bytearray(raw, knobs, hugetlb_pool):
     b[::4096] = b"\1" * (SIZE // 4096)
     info = hpnp.backing(b)
     assert info["backend"] == "hugetlb" and info["kernel_page_size"] == 2 * MiB
-    from conftest import smaps_entry
     e = smaps_entry(buffer_address(b))
     assert e["KernelPageSize"] == 2 * MiB
-    assert e.get("Private_Hugetlb", 0) >= SIZE
+    assert hugetlb_of(e) >= SIZE
 
 
 # ---- fresh interpreters ------------------------------------------------------

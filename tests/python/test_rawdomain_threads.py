@@ -19,6 +19,7 @@ import pytest
 import hpalloc
 import hpalloc.python as hpy
 from conftest import MiB
+from hp_memory import hg_bytes
 
 HAMMER_DIR = os.environ.get("HPALLOC_TEST_RAWHAMMER_DIR")
 
@@ -33,21 +34,6 @@ def hammer():
     finally:
         sys.path.remove(HAMMER_DIR)
     return _hp_rawhammer
-
-
-def hg_bytes():
-    """Bytes of the mappings advised MADV_HUGEPAGE ("hg" in VmFlags), read
-    from /proc/self/smaps: hpalloc's THP blocks, cached or live."""
-    total, size = 0, 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                start, end = (int(x, 16) for x in head.split("-"))
-                size = end - start
-            elif head == "VmFlags:" and " hg" in line:
-                total += size
-    return total
 
 
 @pytest.fixture

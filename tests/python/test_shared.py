@@ -13,16 +13,17 @@ import pytest
 
 import hpalloc
 import hpalloc.numpy as hn
-from conftest import MiB, data_address, hugetlb_pool, pool_read, smaps_entry  # noqa: F401
+from conftest import MiB, data_address, hugetlb_pool, pool_read  # noqa: F401
+from hp_memory import hugetlb_of, smaps_entry
 from hp_pytest_automake import need
 
 N = 256 * MiB // 8  # a 256 MiB array of float64
 PAGES = 256 * MiB // (2 * MiB)
 
 
-def smaps_huge(arr):
+def smaps_hugetlb(arr):
     e = smaps_entry(data_address(arr))
-    return e.get("Shared_Hugetlb", 0) + e.get("Private_Hugetlb", 0), e.get("KernelPageSize")
+    return hugetlb_of(e), e.get("KernelPageSize")
 
 
 def worker_sum_and_mark(args):
@@ -30,7 +31,7 @@ def worker_sum_and_mark(args):
     assert hn.is_shared(arr), "received a copy, not the shared block"
     total = float(arr[i::2].sum())
     arr[i::2] += 1.0  # seen by the parent
-    hugetlb, page = smaps_huge(arr)  # pages this process touched
+    hugetlb, page = smaps_hugetlb(arr)  # pages this process touched
     return total, hugetlb, page, os.getpid()
 
 
@@ -63,7 +64,7 @@ def test_pool_workers_share_huge_pages(pool_2m, method):
     same = pickle.loads(payload)  # fetch the descriptor (else it stays lent out)
     assert hn.is_shared(same) and same[12345] == 12345.0
     del same
-    assert smaps_huge(a) == (256 * MiB, 2 * MiB)
+    assert smaps_hugetlb(a) == (256 * MiB, 2 * MiB)
     ctx = mp.get_context(method)
     with ctx.Pool(2) as pool:
         results = pool.map(worker_sum_and_mark, [(a, 0), (a, 1)])
@@ -128,7 +129,7 @@ def test_short_pool_falls_back_or_raises(hugetlb_pool, knobs):
     a = hn.shared_zeros(N)
     a[:] = 1.0  # every page touched: no SIGBUS
     assert hpalloc.stats()["shared_fallbacks"] == fallbacks + 1
-    assert smaps_huge(a) == (0, 4096)
+    assert smaps_hugetlb(a) == (0, 4096)
     assert hn.backing(a)["shared"]["backend"] == "small"
 
 

@@ -18,8 +18,9 @@ torch = need("torch", "hpalloc.torch")
 
 import hpalloc  # noqa: E402
 import hpalloc.numpy as hpnp  # noqa: E402
-from conftest import MiB, data_address, run_python, smaps_entry  # noqa: E402
-from hp_memory import SIZE, assert_huge, assert_not_huge, mapping_range  # noqa: E402
+from conftest import MiB, data_address, run_python  # noqa: E402
+from hp_memory import (SIZE, assert_huge, assert_not_huge, hugetlb_of,  # noqa: E402
+                       mapping_range, smaps_entry)
 
 import hpalloc.torch as htorch  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_hugetlb_pool_backs_tensor(adapter, knobs, hugetlb_pool):
     t = torch.zeros(N, dtype=torch.float64)
     t.fill_(1.0)
     e = smaps_entry(t.data_ptr())
-    assert e["KernelPageSize"] == 2 * MiB and e.get("Private_Hugetlb", 0) >= SIZE
+    assert e["KernelPageSize"] == 2 * MiB and hugetlb_of(e) >= SIZE
 
 
 def test_out_of_memory_is_runtime_error(adapter, knobs, hugetlb_pool):

@@ -59,6 +59,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import hp_memory  # noqa: E402  (the tests' one reader of smaps)
+
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TICK = 0.25             # the janitor's tick (lib/janitor.c TICK_MS)
 FENCE_TIMEOUT = 5.0     # a parked process's janitor publishes within a tick
@@ -287,47 +290,32 @@ def remove_stale_cgroups(parent):
             say("a stale %s/%s could not be removed: %s" % (parent, name, e))
 
 
-# ---- /proc/PID/smaps --------------------------------------------------------------------
+# ---- /proc/PID/smaps (tests/python/hp_memory.py reads it) -------------------------------
 class Vma:
-    __slots__ = ("start", "end", "perms", "path", "kps", "anon_huge", "shmem_pmd", "hugetlb", "flags")
+    __slots__ = ("start", "end", "perms", "path", "kps", "huge_bytes", "hugetlb", "flags")
 
     def huge(self):
         """A mapping of huge pages, or one asking for them (MADV_HUGEPAGE): hpalloc's
         kind.  Guard pages (no access) are not memory."""
         if self.perms.startswith("---"):
             return False
-        return (self.kps >= 2 * MiB or self.hugetlb > 0 or self.anon_huge > 0 or
-                self.shmem_pmd > 0 or "hg" in self.flags)
+        return self.kps >= 2 * MiB or self.huge_bytes > 0 or "hg" in self.flags
 
     def __repr__(self):
-        return "%x-%x %s %s (page %s, AnonHugePages %s, hugetlb %s, flags %s)" % (
+        return "%x-%x %s %s (page %s, huge %s, hugetlb %s, flags %s)" % (
             self.start, self.end, self.perms, self.path or "[anon]", human(self.kps),
-            human(self.anon_huge), human(self.hugetlb), " ".join(sorted(self.flags)))
+            human(self.huge_bytes), human(self.hugetlb), " ".join(sorted(self.flags)))
 
 
 def read_smaps(pid):
-    vmas, v = [], None
-    with open("/proc/%d/smaps" % pid) as f:
-        for line in f:
-            head = line.split(None, 5)
-            if "-" in head[0] and ":" not in head[0]:
-                a, b = head[0].split("-")
-                v = Vma()
-                v.start, v.end, v.perms = int(a, 16), int(b, 16), head[1]
-                v.path = head[5].strip() if len(head) > 5 else ""
-                v.kps = v.anon_huge = v.shmem_pmd = v.hugetlb = 0
-                v.flags = set()
-                vmas.append(v)
-            elif head[0] == "KernelPageSize:":
-                v.kps = int(head[1]) * KiB
-            elif head[0] == "AnonHugePages:":
-                v.anon_huge = int(head[1]) * KiB
-            elif head[0] == "ShmemPmdMapped:":
-                v.shmem_pmd = int(head[1]) * KiB
-            elif head[0] in ("Private_Hugetlb:", "Shared_Hugetlb:"):
-                v.hugetlb += int(head[1]) * KiB
-            elif head[0] == "VmFlags:":
-                v.flags = set(head[1:] if len(head) < 6 else line.split()[1:])
+    vmas = []
+    for e in hp_memory.smaps(pid):
+        v = Vma()
+        v.start, v.end, v.perms, v.path = e["start"], e["end"], e["perms"], e["path"]
+        v.kps = e.get("KernelPageSize", 0)
+        v.huge_bytes, v.hugetlb = hp_memory.huge_of(e), hp_memory.hugetlb_of(e)
+        v.flags = e["VmFlags"]
+        vmas.append(v)
     return vmas
 
 

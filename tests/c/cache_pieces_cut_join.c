@@ -491,5 +491,5 @@ int main(int argc, char **argv)
 	};
 
 	harness_init(argc, argv);
-	return harness_run("pieces", tests, ARRAY_SIZE(tests));
+	return harness_run("cache_pieces_cut_join", tests, ARRAY_SIZE(tests));
 }

@@ -106,5 +106,5 @@ int main(int argc, char **argv)
 		HTEST(test_record_freed_on_a_2m_boundary),
 	};
 	harness_init(argc, argv);
-	return harness_run("free_in_release", tests, ARRAY_SIZE(tests));
+	return harness_run("owns_during_release_no_deadlock", tests, ARRAY_SIZE(tests));
 }

@@ -111,5 +111,5 @@ int main(int argc, char **argv)
 	};
 	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
 	harness_init(argc, argv);
-	return harness_run("proc_missing", tests, ARRAY_SIZE(tests));
+	return harness_run("no_proc_keeps_allocating", tests, ARRAY_SIZE(tests));
 }

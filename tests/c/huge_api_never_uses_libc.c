@@ -112,5 +112,5 @@ int main(int argc, char **argv)
 		HTEST(test_short_pool_fallback_small_says_yours),
 	};
 	harness_init(argc, argv);
-	return harness_run("huge_only", tests, ARRAY_SIZE(tests));
+	return harness_run("huge_api_never_uses_libc", tests, ARRAY_SIZE(tests));
 }

@@ -1,0 +1,38 @@
+/* The C tests' one reader of /proc/self/smaps, independent of the library
+ * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la and into
+ * the preload tests' programs, which cannot link the harness.
+ *
+ * "Huge" means here what it means in tests/python/hp_memory.py and in
+ * lib/smaps.c: the bytes of a mapping on huge pages are
+ *     AnonHugePages + ShmemPmdMapped     (THP: anonymous, or the shmem of shared blocks)
+ *   + Private_Hugetlb + Shared_Hugetlb   (hugetlb pages, private or shared).
+ * FilePmdMapped (THP page cache of regular files) is not counted: hpalloc
+ * never maps such files. */
+#ifndef HP_TESTS_SMAPS_H
+#define HP_TESTS_SMAPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct harness_smaps {
+	int mappings;            /* smaps entries overlapping the range */
+	size_t kernel_page_size; /* of the first one                     */
+	size_t rss;
+	size_t anon_huge;        /* AnonHugePages                        */
+	size_t shmem_pmd;        /* ShmemPmdMapped                       */
+	size_t hugetlb;          /* Private_Hugetlb + Shared_Hugetlb     */
+	size_t huge;             /* anon_huge + shmem_pmd + hugetlb      */
+	bool thp_eligible;       /* "hg" in VmFlags of the first one     */
+};
+
+/* Calls fn(start, end, fields, arg) for every mapping of /proc/self/smaps
+ * (fields->mappings is 1) until fn returns non-zero.  0, or -1 if the file
+ * cannot be read. */
+int harness_smaps_each(int (*fn)(uintptr_t start, uintptr_t end,
+				 const struct harness_smaps *fields, void *arg),
+		       void *arg);
+/* The mappings overlapping [addr, addr+len), summed.  0, or -1. */
+int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out);
+
+#endif
