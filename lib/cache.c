@@ -165,9 +165,30 @@ static struct hp_block *trim_to(size_t limit, struct hp_block *out)
 	return out;
 }
 
+/* Set by the janitor, which reads the process's resident memory outside any
+ * lock (cache_rss_max); read here, under the heap lock, with no syscall. */
+static _Atomic bool over_rss;
+
+void cache_set_over_rss(bool over)
+{
+	atomic_store_explicit(&over_rss, over, memory_order_relaxed);
+}
+
+/* The janitor's last word, unless the bound is off since (then at once). */
+static bool over_rss_bound(void)
+{
+	return atomic_load_explicit(&over_rss, memory_order_relaxed) &&
+	       atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed) != 0;
+}
+
+struct hp_block *cache_take_oldest(size_t bytes)
+{
+	return trim_to(cached_bytes > bytes ? cached_bytes - bytes : 0, NULL);
+}
+
 struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 {
-	size_t max = atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+	size_t max = over_rss_bound() ? 0 : atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
 
 	if (b->map.len > max) {
 		b->next = NULL;

@@ -125,9 +125,24 @@ void offer_to_kernel(struct hp_block *b)
 	b->reclaimable = os_lazyfree(&b->map);
 }
 
+/* cache_rss_max: a fresh mapping must not take the process over the bound
+ * while the cache holds memory it could give back first -- so it gives
+ * that back now, in this thread, before the new pages fault in (the
+ * janitor, 100 ms later, would be after a memory monitor saw the peak). */
+static void make_room(size_t size)
+{
+	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
+		return;
+	size_t rss = hp_self_rss();
+	if (rss + size > limit)
+		heap_yield(rss + size - limit, true);
+}
+
 static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
+	make_room(size);
 	if (map_placed(p, size, numa, &m) < 0)
 		return NULL;
 	struct hp_block *b = calloc(1, sizeof(*b));
@@ -278,6 +293,14 @@ static void retire_locked(struct hp_block *b)
 	release_adopt(inherited(b) ? b : cache_put(b, now));
 	if (!janitor_running())
 		release_adopt(cache_expire(now, &deadline));
+}
+
+void heap_yield(size_t bytes, bool sync)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	release_adopt(cache_take_oldest(bytes));
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(sync);
 }
 
 void heap_expire(uint64_t *next_deadline_ms)

@@ -101,6 +101,7 @@ enum hp_knob_id {
 	KNOB_URING,
 	KNOB_VERBOSE,
 	KNOB_NUMA,
+	KNOB_CACHE_RSS_MAX,
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
@@ -118,6 +119,7 @@ struct hp_config {
 	_Atomic int uring;
 	_Atomic int verbose;
 	_Atomic uint64_t numa;  /* hp_numa_t */
+	_Atomic size_t cache_rss_max; /* 0: no bound */
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
@@ -334,6 +336,11 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
+/* cache_rss_max: the oldest blocks out, at least bytes of them (or all);
+ * while the janitor says the process is over the bound, cache_put keeps
+ * nothing. */
+HP_HIDDEN struct hp_block *cache_take_oldest(size_t bytes);
+HP_HIDDEN void cache_set_over_rss(bool over);
 /* For pieces.c, which cuts what it takes: a block of kind at least
  * len long, whatever it wastes; the block of family starting at addr;
  * cached pieces of kind lying side by side in one family, as many from the
@@ -363,6 +370,9 @@ HP_HIDDEN void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool 
 /* Live block b resized to hold size without copying (its address), or
  * NULL: it must be copied (b is still live and registered). */
 HP_HIDDEN void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx);
+/* Release at least bytes of cached blocks, the oldest first (sync: in this
+ * thread, never through the ring). */
+HP_HIDDEN void heap_yield(size_t bytes, bool sync);
 
 /* ---- release.c ------------------------------------------------------------------ */
 /* Take a list (linked by ->next) of blocks that just left the registry or
@@ -391,6 +401,11 @@ HP_HIDDEN void ring_submit(void);          /* what is prepared, a backlog */
 HP_HIDDEN bool ring_wait(uint64_t timeout_ms);
 HP_HIDDEN void ring_collect(void);         /* a gone ring gives back its blocks */
 HP_HIDDEN bool ring_collecting(void);      /* a gone ring still holds some */
+
+/* ---- smaps.c: what the kernel says --------------------------------------------- */
+/* The process's resident memory as ps, psutil and Dask count it
+ * (/proc/self/statm: hugetlb pages are not in it); 0 if unreadable. */
+HP_HIDDEN size_t hp_self_rss(void);
 
 /* ---- janitor.c ------------------------------------------------------------------ */
 /* There is work (a huge block was mapped): start the janitor, once per

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #define TICK_MS 250
+#define RSS_TICK_MS 100 /* with cache_rss_max: as often as Dask's memory monitor looks */
 #define BACKLOG_RETRY_MS 5 /* a failed submit is retried this soon */
 #define NAME "hpalloc-janitor" /* top -H, ps -L; at most 15 characters */
 
@@ -78,8 +79,25 @@ static uint64_t next_wait_ms(uint64_t deadline)
 {
 	bool soon = ring_backlogged() || ring_collecting();
 	uint64_t now = hp_now_ms(), cap = soon ? BACKLOG_RETRY_MS : TICK_MS;
+	if (!soon && atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed))
+		cap = RSS_TICK_MS;
 	uint64_t wait = deadline > now ? deadline - now : 1;
 	return wait < cap ? wait : cap;
+}
+
+/* cache_rss_max: a process over it (resident memory, as Dask's memory
+ * manager and the OOM killer see it) gets the excess back from the cache,
+ * and the cache keeps nothing new until it is under again.  Read here, off
+ * every lock and the allocation path; without a janitor there is no such
+ * bound (nor live reload). */
+static void yield_over_rss(void)
+{
+	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	size_t rss = limit ? hp_self_rss() : 0;
+
+	cache_set_over_rss(rss > limit);
+	if (rss > limit)
+		heap_yield(rss - limit, false);
 }
 
 static void *janitor_main(void *arg)
@@ -96,6 +114,7 @@ static void *janitor_main(void *arg)
 		uint64_t deadline;
 		control_poll();
 		heap_expire(&deadline);
+		yield_over_rss();
 		publish_update();
 		release_pump();
 		uint64_t wait = next_wait_ms(deadline);

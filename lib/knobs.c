@@ -95,6 +95,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"NUMA placement of huge blocks, set before their first touch: default (the kernel's policy), local, interleave (every allowed node), interleave:NODES, bind:NODES or preferred:NODE",
 		"default local interleave interleave:NODES bind:NODES preferred:NODE, NODES like 0,2-3 (nodes 0..31)",
 		NULL, "default", 0, 0, parse_numa, format_numa},
+	[KNOB_CACHE_RSS_MAX] = {"cache_rss_max", "size",
+		"while the process's resident memory (as ps and Dask's memory manager count it) exceeds this, the cache gives blocks back, oldest first, and keeps no new ones; 0 for no such bound (hpalloc.dask sets it to a worker's target fraction of its memory limit)",
+		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "0",
+		0, TIB, parse_size_knob, format_size},
 };
 
 struct layer {
@@ -338,7 +342,7 @@ static int knob_lookup(const char *name, char *err, size_t err_len)
 	if (i < 0 && err && err_len) {
 		char shown[64];
 		quote_input(name ? name : "", shown, sizeof(shown));
-		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose numa)",
+		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose numa cache_rss_max)",
 			 shown);
 	}
 	return i;
@@ -366,6 +370,7 @@ static void publish_value(int knob, uint64_t v)
 	case KNOB_URING: atomic_store(&hp_cfg.uring, v == 0); break; /* "on" is index 0 */
 	case KNOB_VERBOSE: atomic_store(&hp_cfg.verbose, (int)v); break;
 	case KNOB_NUMA: atomic_store(&hp_cfg.numa, v); break;
+	case KNOB_CACHE_RSS_MAX: atomic_store(&hp_cfg.cache_rss_max, (size_t)v); break;
 	}
 }
 

@@ -1,8 +1,12 @@
 /* What the kernel says about a range: /proc/self/smaps, never our own
- * bookkeeping.  Sums every mapping that overlaps the range. */
+ * bookkeeping.  Sums every mapping that overlaps the range.  And the
+ * process's resident memory, for cache_rss_max (/proc/self/statm). */
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,4 +87,25 @@ int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *ou
 	int rc = kernel_backing(addr, len, out);
 	HP_NOCANCEL_END;
 	return rc;
+}
+
+/* /proc/self/statm's second field, pages.  open/read, no stdio: the
+ * janitor calls this every tick, and it must not allocate. */
+size_t hp_self_rss(void)
+{
+	char buf[128];
+	size_t rss = 0;
+	HP_ERRNO_SAVE; /* called on the allocation path: errno unchanged */
+	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n > 0) {
+		buf[n] = 0;
+		char *p = strchr(buf, ' ');
+		if (p)
+			rss = (size_t)strtoull(p + 1, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);
+	}
+	HP_ERRNO_RESTORE;
+	return rss;
 }

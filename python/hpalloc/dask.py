@@ -26,6 +26,14 @@ line and the worker runs on.  Teardown uninstalls what the plugin
 installed (the raw domain stays: its wrapper is for the life of the
 process).
 
+Memory limits.  On a worker with a memory limit the plugin also sets the
+knob cache_rss_max (unless given) to that limit times the lowest fraction at
+which Dask's memory manager acts (distributed.worker.memory.target, else
+spill, pause, terminate): Dask judges a worker by its process memory, which
+counts the blocks hpalloc keeps for reuse, so above that bound hpalloc gives
+them back (and maps nothing new on top of them) before the worker would
+spill, pause or be restarted where it would not under NumPy's default.
+
 On each worker: NumPy's data-memory handler becomes hpalloc's for the tasks
 (in every executor thread, also threads already running), and for the
 worker's event loop, where Dask receives data from other workers (see
@@ -135,6 +143,34 @@ def _adapter_installed(adapter):
     return module is not None and module.installed()
 
 
+# Where Dask's memory manager starts acting on a worker, as fractions of its
+# memory limit: managed memory spilled to disk (target), process memory
+# spilled (spill), the worker paused (pause), the nanny restarting it
+# (terminate).  Each may be switched off (False).
+_MEMORY_FRACTIONS = ("target", "spill", "pause", "terminate")
+
+
+def _rss_bound(worker):
+    """cache_rss_max for this worker: its memory limit times the lowest
+    fraction at which Dask acts, so that memory hpalloc keeps for reuse is
+    given back before the worker spills, pauses or restarts where it
+    would not under NumPy's default; None without a memory limit (or with
+    every fraction off)."""
+    import dask
+    manager = getattr(worker, "memory_manager", None)
+    limit = getattr(manager, "memory_limit", None) or getattr(worker, "memory_limit", None)
+    if not limit:
+        return None
+    fractions = []
+    for name in _MEMORY_FRACTIONS:
+        value = getattr(manager, "memory_%s_fraction" % name, None)
+        if value is None:
+            value = dask.config.get("distributed.worker.memory." + name, False)
+        if value:
+            fractions.append(float(value))
+    return int(limit * min(fractions)) if fractions else None
+
+
 class _Activation:
     """What a plugin changed in its worker process, so teardown can put it
     back: knob overrides, the handler of tasks, the loop's task factory,
@@ -150,6 +186,9 @@ class _Activation:
         self.numpy = False
 
     def apply(self, worker, knobs, adapters):
+        bound = _rss_bound(worker)
+        if bound is not None and "cache_rss_max" not in knobs:
+            knobs = dict(knobs, cache_rss_max=str(bound))
         for name, value in knobs.items():
             _set(name, value)
             self.knobs.append(name)

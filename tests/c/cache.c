@@ -7,6 +7,8 @@
  * deadline stays its user's. */
 #include "harness.h"
 
+#include <stdio.h>
+
 /* A decayed block is gone between cache_decay_ms and cache_decay_ms + one
  * janitor period (250 ms) plus the release itself after its free; three
  * decay periods of 300 ms leave room for a loaded machine, and a decay
@@ -311,6 +313,130 @@ static void test_decay_learns(void **state)
 	hp_release_drain();
 }
 
+/* cache_rss_max (the Dask plugin's bound): a process whose resident memory
+ * exceeds it gets that excess back from the cache, oldest blocks first,
+ * within a few janitor periods (100 ms each with the bound set) and
+ * without any call into the library; while over, a freed block is not
+ * kept; bound off, the cache keeps blocks again.  Judged by the kernel:
+ * /proc/self/statm and /proc/self/maps. */
+#define RSS_BLOCKS 4
+#define RSS_BLOCK (32 * MiB)
+#define RSS_BOUND_MS 3000
+
+/* Waits until the process's resident memory is at most limit. */
+static bool rss_at_most_within(size_t limit, unsigned ms)
+{
+	uint64_t end = harness_now_ms() + ms;
+	while (harness_statm_rss() > limit && harness_now_ms() < end)
+		harness_sleep_ms(20);
+	return harness_statm_rss() <= limit;
+}
+
+static void set_rss_max(size_t bytes)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%zu", bytes);
+	harness_knob("cache_rss_max", v);
+}
+
+static void test_rss_bound_yields(void **state)
+{
+	(void)state;
+	thp_cache_knobs("1G", "600000");
+	harness_janitor_start();
+	void *blocks[RSS_BLOCKS];
+	for (size_t i = 0; i < RSS_BLOCKS; i++) {
+		blocks[i] = hp_malloc(RSS_BLOCK);
+		assert_non_null(blocks[i]);
+		harness_touch(blocks[i], RSS_BLOCK);
+	}
+	for (size_t i = 0; i < RSS_BLOCKS; i++)
+		hp_free(blocks[i]);
+	/* no bound: all cached, mapped, resident */
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), RSS_BLOCKS);
+	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+	size_t rss = harness_statm_rss();
+	assert_true(rss >= RSS_BLOCKS * RSS_BLOCK);
+
+	/* a bound half the cache below the process: about half must go */
+	size_t limit = rss - RSS_BLOCKS * RSS_BLOCK / 2;
+	uint64_t evictions = harness_stat(HP_STAT_CACHE_EVICTIONS);
+	set_rss_max(limit);
+	bool under = rss_at_most_within(limit, RSS_BOUND_MS);
+	/* the pages go first, the mappings when the release completes */
+	uint64_t end = harness_now_ms() + RSS_BOUND_MS;
+	size_t kept;
+	while ((kept = still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK)) == RSS_BLOCKS * RSS_BLOCK &&
+	       harness_now_ms() < end)
+		harness_sleep_ms(20);
+	print_message("rss %zu MiB, bound %zu MiB: now %zu MiB, the kernel keeps %zu MiB of the "
+		      "cached blocks\n", rss >> 20, limit >> 20, harness_statm_rss() >> 20, kept >> 20);
+	assert_true(under);
+	assert_true(kept < RSS_BLOCKS * RSS_BLOCK);
+	assert_true(kept > 0); /* the excess went, not the whole cache */
+	assert_true(harness_stat(HP_STAT_CACHE_EVICTIONS) > evictions);
+
+	/* over the bound, a freed block is not kept */
+	set_rss_max(4096);
+	end = harness_now_ms() + RSS_BOUND_MS;
+	while (harness_stat(HP_STAT_CACHED_BLOCKS) > 0 && harness_now_ms() < end)
+		harness_sleep_ms(20);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 0);
+	void *p = hp_malloc(RSS_BLOCK);
+	assert_non_null(p);
+	harness_touch(p, RSS_BLOCK);
+	hp_free(p);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 0);
+	hp_release_drain();
+	assert_int_equal(harness_mapped(p, RSS_BLOCK), 0);
+
+	/* bound off: kept again, at once */
+	set_rss_max(0);
+	p = hp_malloc(RSS_BLOCK);
+	assert_non_null(p);
+	hp_free(p);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 1);
+	assert_int_equal(harness_mapped(p, RSS_BLOCK), RSS_BLOCK);
+}
+
+/* cache_rss_max and a fresh mapping: under the bound, but not with the new
+ * block on top of the cache -- the cache gives the difference back before
+ * the block is mapped, in the allocating thread (no janitor period to
+ * wait: a memory monitor would have seen the peak). */
+static void test_rss_bound_fresh_block(void **state)
+{
+	(void)state;
+	thp_cache_knobs("1G", "600000");
+	harness_janitor_start();
+	void *blocks[RSS_BLOCKS];
+	for (size_t i = 0; i < RSS_BLOCKS; i++) {
+		blocks[i] = hp_malloc(RSS_BLOCK);
+		assert_non_null(blocks[i]);
+		harness_touch(blocks[i], RSS_BLOCK);
+	}
+	for (size_t i = 0; i < RSS_BLOCKS; i++)
+		hp_free(blocks[i]);
+	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+	size_t rss = harness_statm_rss();
+	set_rss_max(rss + 16 * MiB); /* the janitor has nothing to do */
+	harness_sleep_ms(300);
+	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+
+	void *big = hp_malloc(2 * RSS_BLOCK); /* no cached block fits: fresh */
+	assert_non_null(big);
+	/* not /proc/self/maps: the fresh block may lie where the released
+	 * ones were; the process's resident memory, before big is touched */
+	size_t after = harness_statm_rss();
+	print_message("rss %zu MiB, bound %zu MiB, a fresh %zu MiB block: rss %zu MiB before "
+		      "its first touch, %zu MiB cached\n", rss >> 20, (rss + 16 * MiB) >> 20,
+		      (2 * RSS_BLOCK) >> 20, after >> 20,
+		      (size_t)harness_stat(HP_STAT_CACHED_BYTES) >> 20);
+	assert_true(after + 2 * RSS_BLOCK <= rss + 16 * MiB);
+	assert_true(harness_stat(HP_STAT_CACHED_BYTES) <= RSS_BLOCKS * RSS_BLOCK - (2 * RSS_BLOCK - 16 * MiB));
+	harness_touch(big, 2 * RSS_BLOCK);
+	hp_free(big);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -321,6 +447,8 @@ int main(int argc, char **argv)
 		HTEST(test_decay_returns_hugetlb_pages),
 		HTEST(test_reuse_before_decay),
 		HTEST(test_decay_learns),
+		HTEST(test_rss_bound_yields),
+		HTEST(test_rss_bound_fresh_block),
 	};
 
 	harness_init(argc, argv);

@@ -289,6 +289,72 @@ def check_cluster(client, expect_knobs):
     return pids
 
 
+# ---- a worker with a memory limit ------------------------------------------------
+
+MEMORY_LIMIT = 1 << 30
+BLOCK = 64 * MiB
+
+
+def statm_rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE")
+
+
+def fill_and_free(bound):
+    """In a task: enough 64 MiB arrays that with what the worker already
+    holds they come to 128 MiB over bound, written, then all freed (into
+    hpalloc's cache).  Returns the resident memory at the peak."""
+    import numpy as np
+    count = max(2, (bound + 128 * MiB - statm_rss()) // BLOCK + 1)
+    arrays = [np.ones(BLOCK // 8) for _ in range(count)]
+    peak = statm_rss()
+    del arrays
+    return peak
+
+
+def rss_and_cache(dask_worker=None):
+    return {"rss": statm_rss(), "cached": hpalloc.stats()["cached_bytes"],
+            "bound": hpalloc.config()["cache_rss_max"]["value"]}
+
+
+def test_memory_limit_bounds_what_the_cache_keeps():
+    """Issue 25: Dask spills, pauses and restarts a worker on its process
+    memory, which counts hpalloc's cached blocks.  On a worker with a
+    memory limit the plugin sets cache_rss_max to the limit times Dask's
+    lowest fraction (target, 0.6): arrays freed on top of a worker near
+    that bound are given back within a second (the worker's own statm) --
+    with cache_rss_max=0 given, the same arrays stay cached above it."""
+    fraction = 0.6
+    with LocalCluster(processes=True, n_workers=1, threads_per_worker=1,
+                      memory_limit=MEMORY_LIMIT, dashboard_address=None,
+                      silence_logs=50) as cluster, \
+            Client(cluster, timeout=TIMEOUT) as client:
+        client.wait_for_workers(1, timeout=TIMEOUT)
+        bound = int(MEMORY_LIMIT * fraction)
+        results = {}
+        for label, knobs in (("cache_rss_max=0", {"cache_rss_max": "0"}),
+                             ("the plugin's bound", {})):
+            hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin(
+                cache_decay_ms="600000", adapters="numpy", **knobs))
+            peak = client.submit(fill_and_free, bound, pure=False).result(timeout=TIMEOUT)
+            time.sleep(1.0)
+            (state,) = client.run(rss_and_cache).values()
+            results[label] = dict(state, peak=peak)
+            print("%s: peak %d MiB, then rss %d MiB with %d MiB cached (bound %s)"
+                  % (label, peak // MiB, state["rss"] // MiB, state["cached"] // MiB,
+                     state["bound"]))
+            hpalloc.dask.unregister(client)
+            client.run(hpalloc.cache_flush)
+        control, bounded = results["cache_rss_max=0"], results["the plugin's bound"]
+        assert control["bound"] == "0"
+        assert control["peak"] > bound and control["rss"] > bound + 64 * MiB, control
+        assert control["cached"] >= control["peak"] - bound, control
+        assert hpalloc.parse_size(bounded["bound"]) == bound, bounded
+        assert bounded["peak"] > bound, bounded
+        assert bounded["rss"] <= bound + 16 * MiB, bounded
+        assert bounded["cached"] < control["cached"], (control, bounded)
+
+
 # ---- the plugin on a LocalCluster ----------------------------------------------
 
 @pytest.fixture(scope="module")
