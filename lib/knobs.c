@@ -12,7 +12,9 @@
  *   pagesize=auto   the largest pool page that fits the request.
  *   fallback=thp    a short pool still gets huge pages where possible.
  *   cache_max=1G    holds a few NumPy temporaries of the sizes that matter.
- *   cache_decay_ms=1000  idle memory goes back within a second or two.
+ *   cache_decay_ms=1000  idle memory goes back within a second or two, or
+ *                   up to CACHE_DECAY_GROWTH times later while the program
+ *                   keeps mapping fresh memory soon after a release (cache.c).
  *   numa=default    placement is the kernel's unless asked: no mbind, no work.
  */
 #include "internal.h"
@@ -80,7 +82,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
-		"cached blocks idle longer than this many milliseconds are released (up to 32 times longer while the program keeps mapping fresh memory soon after a release)",
+		"cached blocks idle longer than this many milliseconds are released (up to " HP_STRINGIFY(CACHE_DECAY_GROWTH) " times longer while the program keeps mapping fresh memory soon after a release)",
 		"an integer number of milliseconds, 0..3600000", NULL, "1000",
 		0, 3600000, parse_integer, format_integer},
 	[KNOB_URING] = {"uring", "choice",
