@@ -334,14 +334,28 @@ static int parse_value(int knob, const char *text, uint64_t *out, char *err, siz
 	return -1;
 }
 
+/* Every knob's name, space separated, from the table. */
+static void knob_names(char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < KNOB_COUNT && used < len; k++) {
+		int n = snprintf(buf + used, len - used, "%s%s", k ? " " : "", knobs[k].name);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
 static int knob_lookup(const char *name, char *err, size_t err_len)
 {
 	int i = hp_knob_index(name);
 	if (i < 0 && err && err_len) {
-		char shown[64];
+		char shown[64], names[256];
 		quote_input(name ? name : "", shown, sizeof(shown));
-		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose numa)",
-			 shown);
+		knob_names(names, sizeof(names));
+		snprintf(err, err_len, "unknown knob '%s' (knobs: %s)", shown, names);
 	}
 	return i;
 }

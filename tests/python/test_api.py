@@ -97,6 +97,12 @@ def test_unknown_knob_is_refused():
         hpalloc.reset("no_such_knob")
 
 
+def test_unknown_knob_message_lists_every_knob_of_the_table():
+    with pytest.raises(ValueError) as err:
+        hpalloc.parse_knob("no_such_knob", "1")
+    listed = str(err.value).split("(knobs: ", 1)[1].rstrip(")").split()
+    assert listed == list(hpalloc.config()), str(err.value)
+
 
 def test_wrong_types_are_refused():
     with pytest.raises(TypeError):
