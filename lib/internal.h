@@ -32,6 +32,8 @@
  *              published.c and hpctl
  *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
+ *   report.c   the activation report of `hpctl run --check`: its line,
+ *              written (hp_report_activation) and read (report_parse_line)
  *   published.c  reading those files back (hp_proc_*), when one is stale
  *   private.h  the library's hidden functions hpctl may call (with the
  *              public hpalloc.h, all hpctl sees of lib/)

@@ -58,6 +58,20 @@ HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
 				     const char *data, size_t len, mode_t mode,
 				     bool durable);
 
+/* ---- report.c: the activation report of `hpctl run --check` ------------------ */
+#define HP_REPORT_ENV "HPALLOC_REPORT" /* names the file (hpctl sets it) */
+#define REPORT_LINE_MAX 1024           /* a line, its newline included */
+#define REPORT_ADAPTER_MAX 32
+struct report_line {
+	long pid;
+	char adapter[REPORT_ADAPTER_MAX];
+	bool ok;
+	const char *detail; /* the rest of the line, "" if none */
+};
+/* One line of the file as hp_report_activation() writes it, parsed in
+ * place (its newline cut): 0, or -1 if it is no such line. */
+HP_HIDDEN int report_parse_line(char *line, struct report_line *out);
+
 /* ---- ring.c --------------------------------------------------------------------- */
 /* Can this process release through io_uring?  The one probe, used by the
  * janitor's setup and by `hpctl status`; why says what it found. */
