@@ -467,6 +467,25 @@ int knob_env_name(int knob, char *buf, size_t len)
 	return 0;
 }
 
+/* Beside the table: the Python activation's own variables (private.h).
+ * Their grammar is python/hpalloc_activate.py's (main(), parse_adapters());
+ * tests/cli/basic.sh holds what is said here to what it accepts. */
+static const struct knob_env_extra env_extras[] = {
+	{"HPALLOC_NUMPY",
+	 "activate hpalloc's Python adapters at interpreter start-up (hpctl run sets it to 1)",
+	 "1 yes on true (activate); 0 no off false or empty (do not); case ignored",
+	 "unset"},
+	{"HPALLOC_ADAPTERS",
+	 "the adapters HPALLOC_NUMPY activates, each when the program imports its library (python: CPython's raw memory domain, at start-up); an invalid value is said on stderr and ignored",
+	 "comma-separated names among python numpy numba torch arrow, or all",
+	 "numpy,numba,torch,arrow"},
+};
+
+const struct knob_env_extra *knob_env_extra(int i)
+{
+	return i >= 0 && (size_t)i < sizeof(env_extras) / sizeof(env_extras[0]) ? &env_extras[i] : NULL;
+}
+
 /* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process
  * (or hpctl, whose own environment says nothing about other processes). */
 void knobs_init(bool with_env)

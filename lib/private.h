@@ -26,6 +26,18 @@ HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
  * reads it, `hpctl run` sets it): 0, or -1 + errno. */
 HP_HIDDEN int knob_env_name(int knob, char *buf, size_t len);
 
+/* The environment variables beside the knob table: read once, at
+ * interpreter start-up, by the Python activation (hpalloc_activate.py),
+ * never by the library; no layers, no control file.  hpctl show lists them
+ * with the knobs.  The i-th one (0, 1, ...), or NULL past the last. */
+struct knob_env_extra {
+	const char *env;      /* HPALLOC_NUMPY, HPALLOC_ADAPTERS */
+	const char *help;
+	const char *accepted;
+	const char *default_text;
+};
+HP_HIDDEN const struct knob_env_extra *knob_env_extra(int i);
+
 /* ---- control.c: where the control directory is -------------------------------- */
 #define HP_CONTROL_DIR_ROOT "/run/hpalloc"
 /* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
