@@ -4,7 +4,7 @@ A top-level module next to the `hpalloc` package, imported -- whatever the
 prefix hpalloc was installed to -- by
   * hpalloc-numpy.pth, when that directory is one of the interpreter's site
     directories (.pth files only run there), or
-  * hpalloc_boot/sitecustomize.py, which `hpctl run` puts first on
+  * hpalloc/_boot/sitecustomize.py, which `hpctl run` puts first on
     PYTHONPATH with this directory (then it runs the sitecustomize it
     shadows).
 Importing it runs main() once per process (a second import is a no-op).
