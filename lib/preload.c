@@ -319,9 +319,11 @@ PUBLIC size_t malloc_usable_size(void *ptr)
 static void report(void)
 {
 	char detail[64];
+	int saved = errno; /* the program's, even when the file is refused */
 
 	snprintf(detail, sizeof(detail), "threshold %zu", hp_huge_threshold());
 	hp_report_activation("preload", 1, detail);
+	errno = saved;
 }
 
 __attribute__((constructor)) static void preload_init(void)
