@@ -94,6 +94,16 @@ HP_API int hp_owns(const void *ptr);
  * not 2 MiB aligned is never hpalloc's (no need to ask hp_owns()). */
 HP_API size_t hp_huge_threshold(void);
 
+/* ---- activation report (`hpctl run --check`) --------------------------------
+ * Say whether hpalloc took effect in this process for adapter (one word:
+ * "preload", "numpy"...), with an optional detail: one line appended to
+ * the file HPALLOC_REPORT names, if the file passes hpalloc's checks.
+ * Nothing in secure execution or without HPALLOC_REPORT.  1 written, 0
+ * nothing to write, -1 + errno (EINVAL: adapter is not one word; the file
+ * refused or unwritable).  Never blocks on the file, never a cancellation
+ * point; errno unchanged unless -1. */
+HP_API int hp_report_activation(const char *adapter, int ok, const char *detail);
+
 /* ---- shared blocks: huge pages several processes map ------------------------
  * A block on a memfd, mapped MAP_SHARED, that other processes map from its
  * descriptor (sent over a UNIX socket, inherited).  Hugetlb pages when

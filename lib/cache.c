@@ -219,16 +219,16 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 /* ---- decay that learns -------------------------------------------------------
  * cache_decay_ms is how long an idle block stays when giving it back costs
  * nothing.  A program that maps fresh memory after the cache gave some back
- * (within the window, DECAY_GROWTH times the knob: a test suite's next test
- * seconds later) pays twice -- the release, then the faults; on a VM that
+ * (within the window, CACHE_DECAY_GROWTH times the knob: a test suite's
+ * next test seconds later) pays twice -- the release, then the faults; on a VM that
  * reports freed pages to its host, pages that must come back from the host.
  * Each such miss doubles the decay in force, up to
- * DECAY_GROWTH times the knob; a decay after a whole window without one
+ * CACHE_DECAY_GROWTH times the knob; a decay after a whole window without one
  * halves it, down to the knob.  So a program that keeps coming back for
  * memory keeps it, one that is done with it gets it back within a few
  * windows, and cache_max bounds both.  The decay in force is the gauge
- * cache_decay_ms_in_force; changing any knob starts over from the knob. */
-#define DECAY_GROWTH 32
+ * cache_decay_ms_in_force; changing any knob starts over from the knob.
+ * CACHE_DECAY_GROWTH is internal.h's: knobs.c's help text names it too. */
 
 static uint64_t decay_knob_seen, decay_ms;
 static uint64_t last_decay_ms, last_regret_ms; /* 0: none yet */
@@ -255,7 +255,7 @@ static uint64_t decay_in_force(void)
 
 static uint64_t window_ms(void)
 {
-	return decay_knob_seen * DECAY_GROWTH;
+	return decay_knob_seen * CACHE_DECAY_GROWTH;
 }
 
 void cache_missed(uint64_t now_ms)

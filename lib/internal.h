@@ -43,6 +43,8 @@
  *              published.c and hpctl
  *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
+ *   report.c   the activation report of `hpctl run --check`: its line,
+ *              written (hp_report_activation) and read (report_parse_line)
  *   published.c  reading those files back (hp_proc_*), when one is stale
  *   private.h  the library's hidden functions hpctl may call (with the
  *              public hpalloc.h, all hpctl sees of lib/)
@@ -81,6 +83,9 @@
  * x86-64 address space: sizes above it are refused before rounding up to
  * a page can wrap. */
 #define HP_MAX_BLOCK ((size_t)1 << 46)
+
+#define HP_STRINGIFY_(x) #x
+#define HP_STRINGIFY(x) HP_STRINGIFY_(x) /* a macro's value as a string literal */
 
 static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
@@ -333,6 +338,10 @@ HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_p
  * locking: heap.c's offer_to_kernel()). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
+/* The learned decay grows up to this many times the cache_decay_ms knob
+ * (cache.c says how).  A bare number: knobs.c spells it in the knob's help
+ * (HP_STRINGIFY). */
+#define CACHE_DECAY_GROWTH 32
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);

@@ -12,7 +12,9 @@
  *   pagesize=auto   the largest pool page that fits the request.
  *   fallback=thp    a short pool still gets huge pages where possible.
  *   cache_max=1G    holds a few NumPy temporaries of the sizes that matter.
- *   cache_decay_ms=1000  idle memory goes back within a second or two.
+ *   cache_decay_ms=1000  idle memory goes back within a second or two, or
+ *                   up to CACHE_DECAY_GROWTH times later while the program
+ *                   keeps mapping fresh memory soon after a release (cache.c).
  *   numa=default    placement is the kernel's unless asked: no mbind, no work.
  */
 #include "internal.h"
@@ -80,7 +82,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
-		"cached blocks idle longer than this many milliseconds are released (up to 32 times longer while the program keeps mapping fresh memory soon after a release)",
+		"cached blocks idle longer than this many milliseconds are released (up to " HP_STRINGIFY(CACHE_DECAY_GROWTH) " times longer while the program keeps mapping fresh memory soon after a release)",
 		"an integer number of milliseconds, 0..3600000", NULL, "1000",
 		0, 3600000, parse_integer, format_integer},
 	[KNOB_URING] = {"uring", "choice",
@@ -336,14 +338,28 @@ static int parse_value(int knob, const char *text, uint64_t *out, char *err, siz
 	return -1;
 }
 
+/* Every knob's name, space separated, from the table. */
+static void knob_names(char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k < KNOB_COUNT && used < len; k++) {
+		int n = snprintf(buf + used, len - used, "%s%s", k ? " " : "", knobs[k].name);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
 static int knob_lookup(const char *name, char *err, size_t err_len)
 {
 	int i = hp_knob_index(name);
 	if (i < 0 && err && err_len) {
-		char shown[64];
+		char shown[64], names[256];
 		quote_input(name ? name : "", shown, sizeof(shown));
-		snprintf(err, err_len, "unknown knob '%s' (knobs: mode threshold pagesize fallback cache_max cache_decay_ms uring verbose numa cache_rss_max)",
-			 shown);
+		knob_names(names, sizeof(names));
+		snprintf(err, err_len, "unknown knob '%s' (knobs: %s)", shown, names);
 	}
 	return i;
 }
@@ -454,6 +470,25 @@ int knob_env_name(int knob, char *buf, size_t len)
 	for (char *c = buf; *c; c++)
 		*c = (char)toupper((unsigned char)*c);
 	return 0;
+}
+
+/* Beside the table: the Python activation's own variables (private.h).
+ * Their grammar is python/hpalloc_activate.py's (main(), parse_adapters());
+ * tests/cli/basic.sh holds what is said here to what it accepts. */
+static const struct knob_env_extra env_extras[] = {
+	{"HPALLOC_NUMPY",
+	 "activate hpalloc's Python adapters at interpreter start-up (hpctl run sets it to 1)",
+	 "1 yes on true (activate); 0 no off false or empty (do not); case ignored",
+	 "unset"},
+	{"HPALLOC_ADAPTERS",
+	 "the adapters HPALLOC_NUMPY activates, each when the program imports its library (python: CPython's raw memory domain, at start-up); an invalid value is said on stderr and ignored",
+	 "comma-separated names among python numpy numba torch arrow, or all",
+	 "numpy,numba,torch,arrow"},
+};
+
+const struct knob_env_extra *knob_env_extra(int i)
+{
+	return i >= 0 && (size_t)i < sizeof(env_extras) / sizeof(env_extras[0]) ? &env_extras[i] : NULL;
 }
 
 /* Defaults, then HPALLOC_<KNOB> unless this is a secure-execution process

@@ -56,7 +56,6 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gnu/lib-names.h>
 #include <malloc.h>
 #include <stdatomic.h>
@@ -65,8 +64,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define PUBLIC __attribute__((visibility("default")))
@@ -317,57 +314,15 @@ PUBLIC size_t malloc_usable_size(void *ptr)
 
 /* ---- start-up -------------------------------------------------------------------------- */
 
-/* `hpctl run --check` passes HPALLOC_REPORT, <directory>/report: a file
- * every process that tries to activate hpalloc appends "<pid> <adapter>
- * ok|failed <why>" to.  Every descendant inherits the name, also once hpctl
- * has removed that directory and another user may have made one there: so
- * nothing in secure execution, the directory must be ours and private
- * (0700, not a symbolic link), and the file a regular file of ours, opened
- * without following a link, creating it, or blocking (a FIFO).
- * python/hpalloc_activate.py's _report() opens it the same way. */
-static int report_open(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char dir[4096];
-	struct stat st;
-	int dfd, fd;
-
-	if (!slash || slash == path || (size_t)(slash - path) >= sizeof(dir))
-		return -1;
-	memcpy(dir, path, (size_t)(slash - path));
-	dir[slash - path] = '\0';
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0)
-		return -1;
-	if (fstat(dfd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
-		close(dfd);
-		return -1;
-	}
-	fd = openat(dfd, slash + 1, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
-		    O_CLOEXEC);
-	close(dfd);
-	if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
+/* `hpctl run --check`: this process runs with hpalloc.  The library owns
+ * the line, the file's checks and secure execution (hp_report_activation). */
 static void report(void)
 {
-	const char *path = getauxval(AT_SECURE) ? NULL : getenv("HPALLOC_REPORT");
-	char line[256];
-	int n, fd, saved = errno;
+	char detail[64];
+	int saved = errno; /* the program's, even when the file is refused */
 
-	if (!path || !*path)
-		return;
-	n = snprintf(line, sizeof(line), "%ld preload ok threshold %zu\n", (long)getpid(),
-		     hp_huge_threshold());
-	fd = report_open(path);
-	if (fd >= 0) {
-		(void)!write(fd, line, (size_t)n);
-		close(fd);
-	}
+	snprintf(detail, sizeof(detail), "threshold %zu", hp_huge_threshold());
+	hp_report_activation("preload", 1, detail);
 	errno = saved;
 }
 

@@ -27,6 +27,18 @@ HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */
  * reads it, `hpctl run` sets it): 0, or -1 + errno. */
 HP_HIDDEN int knob_env_name(int knob, char *buf, size_t len);
 
+/* The environment variables beside the knob table: read once, at
+ * interpreter start-up, by the Python activation (hpalloc_activate.py),
+ * never by the library; no layers, no control file.  hpctl show lists them
+ * with the knobs.  The i-th one (0, 1, ...), or NULL past the last. */
+struct knob_env_extra {
+	const char *env;      /* HPALLOC_NUMPY, HPALLOC_ADAPTERS */
+	const char *help;
+	const char *accepted;
+	const char *default_text;
+};
+HP_HIDDEN const struct knob_env_extra *knob_env_extra(int i);
+
 /* ---- control.c: where the control directory is -------------------------------- */
 #define HP_CONTROL_DIR_ROOT "/run/hpalloc"
 /* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
@@ -58,6 +70,20 @@ HP_HIDDEN int securedir_read_file(int dirfd, const char *name, char *buf,
 HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
 				     const char *data, size_t len, mode_t mode,
 				     bool durable);
+
+/* ---- report.c: the activation report of `hpctl run --check` ------------------ */
+#define HP_REPORT_ENV "HPALLOC_REPORT" /* names the file (hpctl sets it) */
+#define REPORT_LINE_MAX 1024           /* a line, its newline included */
+#define REPORT_ADAPTER_MAX 32
+struct report_line {
+	long pid;
+	char adapter[REPORT_ADAPTER_MAX];
+	bool ok;
+	const char *detail; /* the rest of the line, "" if none */
+};
+/* One line of the file as hp_report_activation() writes it, parsed in
+ * place (its newline cut): 0, or -1 if it is no such line. */
+HP_HIDDEN int report_parse_line(char *line, struct report_line *out);
 
 /* ---- ring.c --------------------------------------------------------------------- */
 /* Can this process release through io_uring?  The one probe, used by the

@@ -4,7 +4,7 @@ A top-level module next to the `hpalloc` package, imported -- whatever the
 prefix hpalloc was installed to -- by
   * hpalloc-numpy.pth, when that directory is one of the interpreter's site
     directories (.pth files only run there), or
-  * hpalloc_boot/sitecustomize.py, which `hpctl run` puts first on
+  * hpalloc/_boot/sitecustomize.py, which `hpctl run` puts first on
     PYTHONPATH with this directory (then it runs the sitecustomize it
     shadows).
 Importing it runs main() once per process (a second import is a no-op).
@@ -60,6 +60,27 @@ def _interpreter():
                                sys.version.split()[0])
 
 
+def _report_line(adapter, ok, detail):
+    """The line for `hpctl run --check`: the library writes it
+    (hp_report_activation, lib/report.c: the line, the file's checks,
+    secure execution).  Only a process that cannot load the library at all
+    (its package broken, or one older than hp_report_activation) writes
+    it here, as the library does, so that hpctl still learns why."""
+    try:
+        from hpalloc import _hpalloc
+        write = _hpalloc.report_activation
+    except Exception:
+        write = None
+    if write is not None:
+        write(adapter, ok, detail)
+        return
+    path = os.environ.get("HPALLOC_REPORT")
+    if path and not _secure_execution():
+        line = "%d %s %s %s\n" % (os.getpid(), adapter,
+                                  "ok" if ok else "failed", detail)
+        _append_report(path, line.replace("\n", " ").rstrip().encode() + b"\n")
+
+
 def _secure_execution():
     """AT_SECURE (setuid, setgid, file capabilities), as glibc sees it."""
     try:
@@ -74,7 +95,7 @@ def _secure_execution():
 
 def _append_report(path, line):
     """Append line to HPALLOC_REPORT (<directory>/report), opened as
-    lib/preload.c's report_open() does, for the same reasons (see there):
+    lib/report.c's report_open() does, for the same reasons (see there):
     the directory ours and private, not a symbolic link; the file a regular
     file of ours, never followed through a link, created or waited for."""
     import stat
@@ -107,11 +128,7 @@ def _append_report(path, line):
 
 
 def _report(adapter, ok, detail=""):
-    path = os.environ.get("HPALLOC_REPORT")
-    if path and not _secure_execution():
-        line = "%d %s %s %s\n" % (os.getpid(), adapter,
-                                  "ok" if ok else "failed", detail)
-        _append_report(path, line.replace("\n", " ").rstrip().encode() + b"\n")
+    _report_line(adapter, ok, detail)
     if not ok:
         sys.stderr.write("hpalloc: HPALLOC_NUMPY=%s but hpalloc is not active "
                          "for %s in %s: %s; the program runs on the default "

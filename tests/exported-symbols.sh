@@ -48,4 +48,19 @@ if [ -n "$extra" ]; then
 	status=1
 fi
 echo "$(wc -l <<<"$exported") exported symbols checked against $(wc -l <<<"$declared") declarations"
+
+# libhpalloc-preload.so is on the public API alone and decides nothing the
+# library owns: secure execution is libhpalloc's one test (hp_secure_exec,
+# reached through hp_report_activation), so the preload object never asks
+# the kernel's auxiliary vector itself.
+preload=$abs_top_builddir/lib/.libs/libhpalloc-preload.so
+if [ -e "$preload" ]; then
+	own=$(nm -D --undefined-only "$preload" | awk '{print $NF}' | grep -E '^getauxval(@|$)' || true)
+	if [ -n "$own" ]; then
+		echo "libhpalloc-preload.so tests secure execution itself ($own): the library's hp_secure_exec decides" >&2
+		status=1
+	else
+		echo "libhpalloc-preload.so: no secure-execution test of its own"
+	fi
+fi
 exit $status

@@ -205,6 +205,16 @@ static void show_json(void)
 		json_end_obj(&j);
 	}
 	json_end_obj(&j);
+	json_obj(&j, "environment");
+	const struct knob_env_extra *e;
+	for (int i = 0; (e = knob_env_extra(i)); i++) {
+		json_obj(&j, e->env);
+		json_str(&j, "default", e->default_text);
+		json_str(&j, "accepted", e->accepted);
+		json_str(&j, "help", e->help);
+		json_end_obj(&j);
+	}
+	json_end_obj(&j);
 	json_end_obj(&j);
 	json_finish(&j);
 }
@@ -226,6 +236,11 @@ static void show_text(void)
 		if (ki.rejected[0])
 			printf("    rejected: %s\n", ki.rejected);
 	}
+	printf("\nread by the Python activation at interpreter start-up (environment only):\n");
+	const struct knob_env_extra *e;
+	for (int i = 0; (e = knob_env_extra(i)); i++)
+		printf("%s  (default: %s)\n    %s\n    accepted: %s\n", e->env, e->default_text,
+		       e->help, e->accepted);
 }
 
 int cmd_show(struct hpctl *c)

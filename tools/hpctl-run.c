@@ -30,7 +30,7 @@
 #endif
 
 #include "hpctl.h"
-#include "private.h" /* knob_env_name */
+#include "private.h" /* knob_env_name, report_parse_line */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -160,7 +160,7 @@ struct report {
  * name: the command may have replaced what that name leads to). */
 static void read_report(int fd, struct report *r)
 {
-	char line[1024];
+	char line[REPORT_LINE_MAX];
 	int copy = dup(fd);
 	FILE *f = copy < 0 || lseek(copy, 0, SEEK_SET) < 0 ? NULL : fdopen(copy, "r");
 
@@ -171,18 +171,14 @@ static void read_report(int fd, struct report *r)
 		return;
 	}
 	while (fgets(line, sizeof(line), f)) {
-		long pid;
-		char adapter[32], result[16];
-		int used = 0;
-		if (sscanf(line, "%ld %31s %15s %n", &pid, adapter, result, &used) < 3)
+		struct report_line l;
+		if (report_parse_line(line, &l) != 0)
 			continue;
-		if (!strcmp(result, "ok")) {
+		if (l.ok)
 			r->activated++;
-		} else if (r->failed++ == 0) {
-			line[strcspn(line, "\n")] = '\0';
-			snprintf(r->first_failure, sizeof(r->first_failure), "pid %ld, %s: %s", pid,
-				 adapter, line + used);
-		}
+		else if (r->failed++ == 0)
+			snprintf(r->first_failure, sizeof(r->first_failure), "pid %ld, %s: %s", l.pid,
+				 l.adapter, l.detail);
 	}
 	fclose(f);
 }
@@ -243,11 +239,10 @@ static int wait_status(pid_t pid, int *status)
 /* The report: <private directory>/report, named by HPALLOC_REPORT, which
  * every process of the command inherits -- also those that outlive hpctl,
  * once the directory is gone and another user may have made one at its
- * name.  So the writers (lib/preload.c's report_open(), and
- * python/hpalloc_activate.py's _report()) use it only if the directory is
- * theirs and 0700 and the file a regular file of theirs, opened without
- * following a link or blocking.  The report file's descriptor (the
- * directory's in *dirfd), or -1 after saying why. */
+ * name.  So the writer (lib/report.c's hp_report_activation()) uses it
+ * only if the directory is theirs and 0700 and the file a regular file of
+ * theirs, opened without following a link or blocking.  The report file's
+ * descriptor (the directory's in *dirfd), or -1 after saying why. */
 static int report_make(char *dir, size_t len, int *dirfd)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -290,7 +285,7 @@ static int run_checked(struct hpctl *c)
 	if (fd < 0)
 		return EXIT_RUNTIME;
 	snprintf(path, sizeof(path), "%s/report", dir);
-	setenv("HPALLOC_REPORT", path, 1);
+	setenv(HP_REPORT_ENV, path, 1);
 	fflush(NULL);
 	sigset_t block, old;
 	forwarded_set(&block); /* held until the command's pid is known */

@@ -646,6 +646,23 @@ static PyObject *py_version(PyObject *self, PyObject *noargs)
 	return PyUnicode_FromString(hp_version());
 }
 
+static PyObject *py_report_activation(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *adapter, *detail = "";
+	int ok, rc;
+	if (!PyArg_ParseTuple(args, "sp|s:report_activation", &adapter, &ok, &detail))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hp_report_activation(adapter, ok, detail);
+	Py_END_ALLOW_THREADS
+	if (rc < 0 && errno == EINVAL) {
+		PyErr_Format(PyExc_ValueError, "report_activation: adapter '%s' is not one word", adapter);
+		return NULL;
+	}
+	return PyBool_FromLong(rc == 1);
+}
+
 static PyObject *py_cache_flush(PyObject *self, PyObject *noargs)
 {
 	(void)self;
@@ -688,6 +705,8 @@ static PyMethodDef methods[] = {
 	{"version", py_version, METH_NOARGS, "version() -> libhpalloc version"},
 	{"processes", py_processes, METH_NOARGS,
 	 "processes() -> [{pid, comm, start_time, alive, stats, knobs}] of every process publishing hpalloc stats"},
+	{"report_activation", py_report_activation, METH_VARARGS,
+	 "report_activation(adapter, ok, detail='') -> True if the line went to HPALLOC_REPORT's file (hp_report_activation)"},
 	{"cache_flush", py_cache_flush, METH_NOARGS,
 	 "cache_flush(): release every cached block and wait for the releases"},
 	{NULL, NULL, 0, NULL},

@@ -65,6 +65,29 @@ assert d["knobs"]["mode"]["choices"].split() == ["auto", "hugetlb", "thp", "off"
 ' || fail "show --json content"
 ok
 
+# The Python activation's variables are listed beside the knobs, as the
+# activation reads them (python/hpalloc_activate.py: its words, its
+# adapters, its default).
+expect 0 "$HPCTL" show
+contains "$out" "HPALLOC_NUMPY  (default: unset)" "show: HPALLOC_NUMPY"
+contains "$out" "HPALLOC_ADAPTERS  (default: numpy,numba,torch,arrow)" "show: HPALLOC_ADAPTERS"
+expect 0 "$HPCTL" show --json
+printf '%s' "$out" | env -u HPALLOC_NUMPY -u HPALLOC_ADAPTERS \
+	PYTHONPATH="${srcdir:-$(dirname "$0")/../..}/python" python3 -c '
+import json, sys
+import hpalloc_activate as act  # HPALLOC_NUMPY unset: activates nothing
+env = json.load(sys.stdin)["environment"]
+assert sorted(env) == ["HPALLOC_ADAPTERS", "HPALLOC_NUMPY"], env
+a = env["HPALLOC_ADAPTERS"]
+assert a["default"] == ",".join(act.DEFAULT_ADAPTERS), (a, act.DEFAULT_ADAPTERS)
+names = a["accepted"].split("among ", 1)[1].split(", or all")[0].split()
+assert names == [n for n, _, _ in act.ADAPTERS], (names, act.ADAPTERS)
+n = env["HPALLOC_NUMPY"]["accepted"]
+assert n.split(" (activate)")[0].split() == list(act._ON), (n, act._ON)
+assert n.split("; ")[1].split(" or empty")[0].split() == [w for w in act._OFF if w], (n, act._OFF)
+' || fail "show --json: HPALLOC_NUMPY / HPALLOC_ADAPTERS as hpalloc_activate.py reads them: $out"
+ok
+
 # A file written by hand: plain word, or the bracketed form; trailing newline optional.
 printf 'off' >"$CTL/mode"
 expect 0 "$HPCTL" get mode

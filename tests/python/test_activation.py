@@ -209,3 +209,39 @@ def test_package_built_for_numpy_1_under_numpy_2_is_said(stage):
     assert_one_line(proc, "not active for numpy", "built for NumPy 1.x",
                     "NumPy %s" % numpy.__version__, "pip install ./python")
     assert "Traceback" not in proc.stderr
+
+
+REPORT = r"""
+import os, sys
+import hpalloc_activate  # HPALLOC_NUMPY unset: activates nothing
+hpalloc_activate._report_line("numpy", False, "first\nsecond " + "x" * 4000)
+hpalloc_activate._report_line("numpy", True, "")
+try:
+    from hpalloc import _hpalloc
+    _hpalloc.report_activation("two words", True, "")
+except ValueError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_the_activation_report_line_is_the_librarys(tmp_path):
+    """hpalloc_activate's lines for `hpctl run --check` are written by the
+    library (lib/report.c): one line each, cut to the length hpctl reads
+    (REPORT_LINE_MAX, 1024), and an adapter name that is not one word is
+    refused rather than written."""
+    private = tmp_path / "rep"
+    private.mkdir(mode=0o700)
+    report = private / "report"
+    report.write_bytes(b"")
+    proc = subprocess.run([sys.executable, "-c", REPORT], capture_output=True, text=True,
+                          env=python_env(HPALLOC_REPORT=str(report)), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = report.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 3, lines
+    failed, ok = lines[0].decode(), lines[1].decode()
+    assert len(failed) + 1 <= 1024, "a line of %d bytes: hpctl reads 1024" % len(failed)
+    pid = failed.split()[0]
+    assert failed.startswith(pid + " numpy failed first second xxx"), failed
+    assert ok == pid + " numpy ok", ok
+    assert "refused: report_activation: adapter 'two words' is not one word" in proc.stdout, \
+        proc.stdout + proc.stderr

@@ -3,6 +3,7 @@
 import pytest
 
 import hpalloc
+from conftest import run_python
 
 
 def test_version_is_the_library_version():
@@ -57,11 +58,51 @@ def test_bad_value_is_refused_with_the_library_message_and_changes_nothing(knob,
     assert (after["value"], after["source"]) == (before["value"], before["source"])
 
 
+DECAY_LEARNS = r"""
+import re, sys, time
+import numpy as np
+import hpalloc, hpalloc.numpy
+hpalloc.numpy.install()
+for knob, value in (("mode", "thp"), ("threshold", "1M"), ("cache_max", "1G"),
+                    ("cache_decay_ms", "50")):
+    hpalloc.set(knob, value)
+said = re.search(r"up to (\d+) times", hpalloc.config()["cache_decay_ms"]["help"])
+if not said:
+    sys.exit("the cache_decay_ms help names no growth: %r"
+             % hpalloc.config()["cache_decay_ms"]["help"])
+most = 0
+for _ in range(7):  # each fresh block right after a decay doubles the decay
+    # (a window of the growth times 50 ms leaves a loaded machine room)
+    a = np.ones(8 << 20, np.uint8)
+    most = max(most, hpalloc.stats()["cache_decay_ms_in_force"])
+    del a
+    deadline = time.monotonic() + 10
+    while hpalloc.stats()["cached_blocks"] and time.monotonic() < deadline:
+        time.sleep(0.002)
+print(said.group(1), most // 50)
+"""
+
+
+def test_decay_growth_in_the_help_is_the_growth_the_cache_learns():
+    """cache_decay_ms's help says how far the learned decay grows (lib/cache.c,
+    CACHE_DECAY_GROWTH): a program that maps afresh right after every decay
+    drives it there, and no further."""
+    said, reached = run_python(DECAY_LEARNS).stdout.split()
+    assert said == reached, "help says up to %s times, the cache grew %s times" % (said, reached)
+
+
 def test_unknown_knob_is_refused():
     with pytest.raises(ValueError, match="no_such_knob"):
         hpalloc.set("no_such_knob", "1")
     with pytest.raises(ValueError, match="no_such_knob"):
         hpalloc.reset("no_such_knob")
+
+
+def test_unknown_knob_message_lists_every_knob_of_the_table():
+    with pytest.raises(ValueError) as err:
+        hpalloc.parse_knob("no_such_knob", "1")
+    listed = str(err.value).split("(knobs: ", 1)[1].rstrip(")").split()
+    assert listed == list(hpalloc.config()), str(err.value)
 
 
 def test_wrong_types_are_refused():
