@@ -339,12 +339,12 @@ static void set_rss_max(size_t bytes)
 	harness_knob("cache_rss_max", v);
 }
 
-static void test_rss_bound_yields(void **state)
+/* RSS_BLOCKS written blocks freed into a cache that keeps them (the
+ * janitor running, no decay within the test). */
+static void cache_written_blocks(void **blocks)
 {
-	(void)state;
 	thp_cache_knobs("1G", "600000");
 	harness_janitor_start();
-	void *blocks[RSS_BLOCKS];
 	for (size_t i = 0; i < RSS_BLOCKS; i++) {
 		blocks[i] = hp_malloc(RSS_BLOCK);
 		assert_non_null(blocks[i]);
@@ -352,6 +352,13 @@ static void test_rss_bound_yields(void **state)
 	}
 	for (size_t i = 0; i < RSS_BLOCKS; i++)
 		hp_free(blocks[i]);
+}
+
+static void test_rss_bound_yields(void **state)
+{
+	(void)state;
+	void *blocks[RSS_BLOCKS];
+	cache_written_blocks(blocks);
 	/* no bound: all cached, mapped, resident */
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), RSS_BLOCKS);
 	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
@@ -406,16 +413,8 @@ static void test_rss_bound_yields(void **state)
 static void test_rss_bound_fresh_block(void **state)
 {
 	(void)state;
-	thp_cache_knobs("1G", "600000");
-	harness_janitor_start();
 	void *blocks[RSS_BLOCKS];
-	for (size_t i = 0; i < RSS_BLOCKS; i++) {
-		blocks[i] = hp_malloc(RSS_BLOCK);
-		assert_non_null(blocks[i]);
-		harness_touch(blocks[i], RSS_BLOCK);
-	}
-	for (size_t i = 0; i < RSS_BLOCKS; i++)
-		hp_free(blocks[i]);
+	cache_written_blocks(blocks);
 	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
 	size_t rss = harness_statm_rss();
 	set_rss_max(rss + 16 * MiB); /* the janitor has nothing to do */
