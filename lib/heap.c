@@ -24,35 +24,6 @@ static unsigned heap_fork_gen;
 
 /* ---- huge path ------------------------------------------------------------------ */
 
-struct plan {
-	int backend;
-	size_t pagesize;
-};
-
-/* Which kind of block to try first, from the knobs (or a forcing ctx);
- * auto only plans a page size whose pool has free pages where numa allows,
- * with room left for fork's copies (os_pool_ready_private). */
-static struct plan plan_for(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
-{
-	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
-
-	if (forced(ctx))
-		return (struct plan){HP_BACKEND_HUGETLB, ctx->pagesize};
-	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
-	case MODE_HUGETLB:
-		return (struct plan){HP_BACKEND_HUGETLB, os_choose_pagesize(knob, size, numa)};
-	case MODE_AUTO: /* a page size whose pool keeps room for fork's copies */
-		for (size_t ps = os_choose_pagesize(knob, size, numa); ps;
-		     ps = os_choose_pagesize(ps - 1, size, numa))
-			if (os_pool_ready_private(ps, size, numa))
-				return (struct plan){HP_BACKEND_HUGETLB, ps};
-		break;
-	default:
-		break;
-	}
-	return (struct plan){HP_BACKEND_THP, HP_BASE_PAGE};
-}
-
 static struct hp_block *cache_take_locked(uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
 	pthread_mutex_lock(&hp_heap_lock);
@@ -61,40 +32,24 @@ static struct hp_block *cache_take_locked(uint64_t kind, size_t min_ps, size_t m
 	return b;
 }
 
-/* The cache first, for any block the knobs would accept and placed as this
- * request wants: a hit costs no syscall and no look at the pools (auto
- * modes read sysfs otherwise). */
+/* The cache first, for any block the knobs accept (policy.c's looks): a
+ * hit costs no syscall and no look at the pools. */
 static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
-	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
-	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	struct hp_cache_look looks[2];
+	int n = policy_cache_looks(ctx, numa, looks);
 	struct hp_block *b = NULL;
 
-	if (forced(ctx))
-		return cache_take_locked(cache_kind(HP_BACKEND_HUGETLB, numa), ctx->pagesize, ctx->pagesize, size);
-	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
-		b = cache_take_locked(cache_kind(HP_BACKEND_HUGETLB, numa), 0, knob ? knob : SIZE_MAX, size);
-	if (!b && mode == MODE_AUTO)
-		b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
+	for (int i = 0; i < n && !b; i++)
+		b = cache_take_locked(looks[i].kind, looks[i].min_ps, looks[i].max_ps, size);
 	return b;
-}
-
-/* A bind on hugetlb pages may only use its nodes' free pages, which the
- * kernel's reservation at mmap does not look at: refuse up front when they
- * are short, like a short pool (numa.c). */
-static bool nodes_can_serve(struct plan p, size_t size, hp_numa_t numa)
-{
-	if (p.backend != HP_BACKEND_HUGETLB || numa_mode(numa) != NUMA_BIND)
-		return true;
-	long avail = numa_pool_available(numa, p.pagesize);
-	return avail < 0 || (size_t)avail >= hp_align_up(size, p.pagesize) / p.pagesize;
 }
 
 /* A fresh mapping placed by numa before anyone touches it.  A placement
  * that cannot be applied unmaps it (numa.c: the block is refused). */
-static int map_placed(struct plan p, size_t size, hp_numa_t numa, struct hp_map *m)
+static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_map *m)
 {
-	if (!nodes_can_serve(p, size, numa)) {
+	if (!policy_nodes_can_serve(p, size, numa)) {
 		errno = ENOMEM;
 		return -1;
 	}
@@ -139,7 +94,7 @@ static void make_room(size_t size)
 		heap_yield(rss + size - limit, true);
 }
 
-static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
+static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
 	make_room(size);
@@ -166,7 +121,7 @@ static struct hp_block *new_block(struct plan p, size_t size, hp_numa_t numa)
 /* A short hugetlb pool may be short only because of us: cached blocks and
  * releases still in flight hold its pages.  Give those back (now, in this
  * thread) and try once more before the fallback decides. */
-static struct hp_block *new_block_reclaiming(struct plan p, size_t size, hp_numa_t numa)
+static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_block *b = new_block(p, size, numa);
 	if (b || p.backend != HP_BACKEND_HUGETLB || errno != ENOMEM)
@@ -201,7 +156,7 @@ static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
 	if (!b)
 		b = thp_from_pieces(size, numa);
 	*cached = b != NULL;
-	return b ? b : new_block((struct plan){HP_BACKEND_THP, HP_BASE_PAGE}, size, numa);
+	return b ? b : new_block((struct hp_plan){HP_BACKEND_THP, 0}, size, numa);
 }
 
 /* Where a block comes from, in order: the cache (any kind the knobs
@@ -213,7 +168,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	struct hp_block *b = take_cached(size, ctx, numa);
 	if ((*cached = b != NULL))
 		return b;
-	struct plan p = plan_for(size, ctx, numa);
+	struct hp_plan p = policy_plan(size, ctx, numa);
 	if (p.backend == HP_BACKEND_THP)
 		return thp_block(size, numa, cached);
 	b = new_block_reclaiming(p, size, numa);
@@ -495,7 +450,7 @@ void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero)
 	hp_init();
 	if (pagesize == 0) {
 		HP_NOCANCEL_BEGIN; /* reads the pools */
-		pagesize = os_choose_pagesize(atomic_load(&hp_cfg.pagesize), size, numa_of(NULL));
+		pagesize = policy_pagesize(size, numa_of(NULL));
 		HP_NOCANCEL_END;
 	}
 	struct hp_ctx *ctx = hp_ctx_pagesize(pagesize);

@@ -206,18 +206,12 @@ HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *ba
  * and was cut from the same mapping. */
 HP_HIDDEN int os_thp_join(struct hp_map *front, const struct hp_map *back);
 HP_HIDDEN bool os_pagesize_supported(size_t pagesize);
+/* The hugetlb page sizes the kernel offers, largest first: their number. */
+HP_HIDDEN int os_pagesizes(const size_t **desc);
 /* Free pages of the hugetlb pool of pagesize (free - reserved), -1 unknown. */
 HP_HIDDEN long os_pool_available(size_t pagesize);
-/* Page size for mode=hugetlb/auto given the knob (0 = auto), the request
- * and its placement (auto only takes a size whose pool p may use). */
-HP_HIDDEN size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p);
-/* mode=auto's rule: the pool of pagesize can serve a block of size placed
- * by p right now and still keep a free page for the copy of every page of
- * this process's private hugetlb blocks, which a fork's copy-on-write needs
- * (os.c says why).  os_pool_ready() for a shared block (never copied),
- * os_pool_ready_private() for a private one (its own pages need room too). */
-HP_HIDDEN bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p);
-HP_HIDDEN bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p);
+/* Pages of pagesize in this process's private hugetlb mappings. */
+HP_HIDDEN size_t os_private_pages(size_t pagesize);
 /* mbind(2) of m's whole mapping (with a THP block's guard page, so the
  * block can still grow in place) to mode over nodes; -1 + errno. */
 HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes,
@@ -358,6 +352,40 @@ HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
 HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
+
+/* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
+/* The waste rule: what serves a request of need bytes (rounded up to its
+ * page size) is at most an eighth longer -- a page size, a cached block. */
+static inline bool policy_fits(size_t len, size_t need)
+{
+	return len >= need && len - need <= need / 8;
+}
+/* A kind of cached block that may serve a request, and the range of its
+ * page sizes. */
+struct hp_cache_look {
+	uint64_t kind; /* cache_kind() */
+	size_t min_ps, max_ps;
+};
+/* What to map: a backend and, for hugetlb, the page size (0 otherwise). */
+struct hp_plan {
+	int backend;
+	size_t pagesize;
+};
+/* Where the cache may serve a private block from, in order: how many
+ * looks out[] holds (0: mode=thp, which looks among THP blocks later). */
+HP_HIDDEN int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2]);
+/* What to map for a private block the cache did not serve. */
+HP_HIDDEN struct hp_plan policy_plan(size_t size, const struct hp_ctx *ctx, hp_numa_t numa);
+/* A hugetlb block bound to nodes can have their free pages. */
+HP_HIDDEN bool policy_nodes_can_serve(struct hp_plan p, size_t size, hp_numa_t numa);
+/* The hugetlb page size the pagesize knob gives a request of size placed
+ * by p (hp_malloc_pagesize with 0); 0 if the kernel offers none. */
+HP_HIDDEN size_t policy_pagesize(size_t size, hp_numa_t p);
+/* mode=auto's rule: the pool of pagesize can serve a block of size placed
+ * by p right now and keep a free page for the copy of every page of this
+ * process's private hugetlb blocks, which a fork's copy-on-write needs;
+ * a private block (private_block) needs room for its own copy too. */
+HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
 
 /* ---- shared.c ---------------------------------------------------------------- */
 /* The shared block containing addr, as a mapping (for backing.c). */

@@ -1,8 +1,10 @@
 /* Private blocks' mappings: THP alignment and the guard page, cutting,
  * joining and growing THP mappings, hugetlb mappings of the page sizes the
- * kernel offers, how full their pools are (whole; numa.c per node) and the
- * mbind of a mapping.  Every system call and sysfs read goes through
- * prim.c, which carries out what this file decides.
+ * kernel offers, how full their pools are (whole; numa.c per node), how
+ * many pages this process's hugetlb blocks hold, and the mbind of a
+ * mapping.  Which page size and backend a block gets is policy.c's
+ * decision, from these facts.  Every system call and sysfs read goes
+ * through prim.c, which carries out what this file decides.
  *
  * Not libhugetlbfs: linked in, its constructor runs in every program using
  * hpalloc (every program under libhpalloc-preload.so) and honours HUGETLB_*
@@ -49,6 +51,13 @@ static void find_pagesizes(void)
 
 static pthread_once_t pagesizes_once = PTHREAD_ONCE_INIT;
 
+int os_pagesizes(const size_t **desc)
+{
+	pthread_once(&pagesizes_once, find_pagesizes);
+	*desc = pagesizes;
+	return npagesizes;
+}
+
 bool os_pagesize_supported(size_t pagesize)
 {
 	pthread_once(&pagesizes_once, find_pagesizes);
@@ -70,38 +79,9 @@ long os_pool_available(size_t pagesize)
 	return avail > 0 ? (long)avail : 0;
 }
 
-/* The policy decides which nodes' pages count (numa.c): for the kernel's
- * own policy that is the whole pool, as os_pool_available() reads it. */
-static bool pool_can_serve(size_t pagesize, size_t size, hp_numa_t p)
-{
-	long avail = p == HP_NUMA_DEFAULT ? os_pool_available(pagesize) : numa_pool_available(p, pagesize);
-	return avail > 0 && (size_t)avail >= hp_align_up(size, pagesize) / pagesize;
-}
-
-/* Page size for a hugetlb block: the largest offered size not above the
- * knob (0 = auto) that rounds the request up by at most 1/8, else the
- * smallest offered size -- so pagesize=1G never spends a 1 GiB page on a
- * 1 MiB array.  With the knob at auto, a larger size also needs a pool
- * that can hold the block right now.  0 if the kernel offers none. */
-size_t os_choose_pagesize(size_t knob, size_t size, hp_numa_t p)
-{
-	pthread_once(&pagesizes_once, find_pagesizes);
-	for (int i = 0; i < npagesizes; i++) {
-		size_t ps = pagesizes[i];
-		bool smallest = i == npagesizes - 1;
-		if (knob && ps > knob)
-			continue;
-		if (!smallest && hp_align_up(size, ps) - size > size / 8)
-			continue;
-		if (!knob && !smallest && !pool_can_serve(ps, size, p))
-			continue;
-		return ps;
-	}
-	return 0;
-}
-
 /* Pages of each hugetlb page size (index: its log2) in this process's
- * private mappings: hpalloc's blocks, live, cached or on their way out. */
+ * private mappings: hpalloc's blocks, live, cached or on their way out
+ * (mode=auto keeps room for their fork copies: policy.c). */
 static _Atomic size_t private_pages[64];
 
 static void count_private(const struct hp_map *m, bool mapped)
@@ -113,38 +93,9 @@ static void count_private(const struct hp_map *m, bool mapped)
 		atomic_fetch_sub_explicit(&private_pages[prim_page_shift(m->pagesize)], pages, memory_order_relaxed);
 }
 
-/* Room for fork's copies.  A MAP_PRIVATE hugetlb page that a forked child
- * shares is copied on the first write by either side, and the copy needs a
- * free pool page: the kernel's reservation at mmap covers first touches
- * only.  With none free, a child that writes dies of SIGBUS, and a parent
- * that writes takes the page away from its children (unmap_ref_private),
- * which die of SIGBUS at their next touch -- a fork-worker reading its
- * parent's array while the parent writes it.  glibc's memory is copied
- * from anywhere in RAM.  So mode=auto leaves as many pages free as this
- * process's private hugetlb blocks hold: one copy of each, enough for the
- * parent (or one child) to rewrite every block however many children it
- * forked at once.  Shared blocks are never copied.  Other processes may
- * still take the free pages, and children forked one after another while
- * the parent writes need a copy each: hp_malloc(3) says what holds. */
-static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool cow)
+size_t os_private_pages(size_t pagesize)
 {
-	if (!pagesize)
-		return false;
-	size_t pages = hp_align_up(size, pagesize) / pagesize;
-	size_t need = pages + atomic_load_explicit(&private_pages[prim_page_shift(pagesize)], memory_order_relaxed) +
-		      (cow ? pages : 0);
-	long avail = p == HP_NUMA_DEFAULT ? os_pool_available(pagesize) : numa_pool_available(p, pagesize);
-	return avail > 0 && (size_t)avail >= need;
-}
-
-bool os_pool_ready(size_t pagesize, size_t size, hp_numa_t p)
-{
-	return pool_keeps_room(pagesize, size, p, false);
-}
-
-bool os_pool_ready_private(size_t pagesize, size_t size, hp_numa_t p)
-{
-	return pool_keeps_room(pagesize, size, p, true);
+	return atomic_load_explicit(&private_pages[prim_page_shift(pagesize)], memory_order_relaxed);
 }
 
 /* ---- mappings ----------------------------------------------------------------- */

@@ -124,16 +124,15 @@ static void *remember(struct shared *s)
  * their pages are planned from the whole machine's pools. */
 static int create(size_t size, size_t pagesize, struct shared *s)
 {
-	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
 	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
-	size_t ps = pagesize ? pagesize : os_choose_pagesize(knob, size, HP_NUMA_DEFAULT);
+	size_t ps = pagesize ? pagesize : policy_pagesize(size, HP_NUMA_DEFAULT);
 
 	/* as for private blocks: a page size asked for, or mode=hugetlb, means
 	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can,
 	 * leaving the room the private blocks' fork copies need (a shared
 	 * block itself is never copied) */
 	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
-			   (mode == MODE_AUTO && os_pool_ready(ps, size, HP_NUMA_DEFAULT)));
+			   (mode == MODE_AUTO && policy_pool_ready(ps, size, HP_NUMA_DEFAULT, false)));
 	if (want) {
 		size_t len = hp_align_up(size, ps);
 		if (len >= size && create_hugetlb(len, ps, s) == 0)

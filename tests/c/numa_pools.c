@@ -6,7 +6,7 @@
  *     one global count: any of them may be served from these nodes);
  *   - default, local, preferred and interleave over every node count the
  *     whole pool (free - reserved), as without NUMA;
- *   - mode=auto (os_choose_pagesize / os_pool_ready) never plans a page
+ *   - mode=auto (policy.c: choose_pagesize, policy_pool_ready) never plans a page
  *     size whose free pages sit on a node the placement may not use. */
 #include "harness.h"
 #include "../../lib/internal.h"
@@ -86,13 +86,13 @@ static void test_staged_planning(void **state)
 	snprintf(root, sizeof(root), "%s/sysfs", getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/tmp");
 	prim_sysfs_root(root);
 	stage(0, 8, 0);
-	assert_false(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 1)));
-	assert_true(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 2)));
-	assert_false(os_pool_ready(PS, 18 * MiB, numa_make(NUMA_BIND, 2)));
-	assert_true(os_pool_ready(PS, 16 * MiB, numa_make(NUMA_INTERLEAVE, 3)));
+	assert_false(policy_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 1), false));
+	assert_true(policy_pool_ready(PS, 16 * MiB, numa_make(NUMA_BIND, 2), false));
+	assert_false(policy_pool_ready(PS, 18 * MiB, numa_make(NUMA_BIND, 2), false));
+	assert_true(policy_pool_ready(PS, 16 * MiB, numa_make(NUMA_INTERLEAVE, 3), false));
 	/* the default policy plans from the staged whole pool too */
-	assert_true(os_pool_ready(PS, 16 * MiB, HP_NUMA_DEFAULT));
-	assert_false(os_pool_ready(PS, 18 * MiB, HP_NUMA_DEFAULT));
+	assert_true(policy_pool_ready(PS, 16 * MiB, HP_NUMA_DEFAULT, false));
+	assert_false(policy_pool_ready(PS, 18 * MiB, HP_NUMA_DEFAULT, false));
 	prim_sysfs_root(NULL);
 }
 

@@ -1,0 +1,149 @@
+/* Policy: where a huge block comes from.  Every decision of backend, page
+ * size and fallback -- for private blocks (heap.c) and shared ones
+ * (shared.c) -- is made here, so that a change to where blocks come from
+ * is a change to this file, and the rules it applies are named once:
+ *   - the waste rule (policy_fits(), internal.h): what serves a request is
+ *     at most an eighth more than the request rounded up to its page size.
+ *     A page size obeys it (pagesize=1G never spends a 1 GiB page on a
+ *     1 MiB array), and so does a cached block (cache.c): reuse never
+ *     inflates RSS much;
+ *   - half fits (policy_keeps(), internal.h): a live block resized stays
+ *     where it is while it holds the new size and is at most twice it;
+ *   - the largest block, HP_MAX_BLOCK (internal.h);
+ *   - which hugetlb page size (choose_pagesize());
+ *   - mode=auto: hugetlb pages only from a pool that keeps room for fork's
+ *     copies (pool_keeps_room());
+ *   - a bind on hugetlb pages: only its nodes' free pages
+ *     (policy_nodes_can_serve());
+ *   - the cache first, for any block the knobs accept (policy_cache_looks());
+ *   - hugetlb pages that could not be had: the fallback knob
+ *     (policy_fallback()).
+ *
+ * Decisions only: the facts come from os.c (the page sizes the kernel
+ * offers, this process's hugetlb pages), numa.c (which pool pages a
+ * placement may use) and the knobs (hp_cfg, relaxed loads); mapping,
+ * caching, counting and logging are the callers'.  No lock.  Pools are
+ * read (sysfs, through numa.c and os.c) only to plan a fresh mapping,
+ * never for a request the cache serves. */
+#include "internal.h"
+
+/* The pool can hold a block of size placed by p right now.  The placement
+ * decides which pages count (numa.c): the whole pool's free - reserved
+ * for one that does not confine pages to nodes, else its nodes'. */
+static bool pool_can_serve(size_t pagesize, size_t size, hp_numa_t p)
+{
+	long avail = numa_pool_available(p, pagesize);
+	return avail > 0 && (size_t)avail >= hp_align_up(size, pagesize) / pagesize;
+}
+
+/* Page size for a hugetlb block: the largest offered size not above the
+ * knob (0 = auto) that obeys the waste rule, else the smallest offered
+ * size.  With the knob at auto, a larger size also needs a pool that can
+ * hold the block right now.  0 if the kernel offers none. */
+static size_t choose_pagesize(size_t knob, size_t size, hp_numa_t p)
+{
+	const size_t *sizes;
+	int n = os_pagesizes(&sizes);
+
+	for (int i = 0; i < n; i++) {
+		size_t ps = sizes[i];
+		bool smallest = i == n - 1;
+		if (knob && ps > knob)
+			continue;
+		if (!smallest && !policy_fits(hp_align_up(size, ps), size))
+			continue;
+		if (!knob && !smallest && !pool_can_serve(ps, size, p))
+			continue;
+		return ps;
+	}
+	return 0;
+}
+
+size_t policy_pagesize(size_t size, hp_numa_t p)
+{
+	return choose_pagesize(atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed), size, p);
+}
+
+/* Room for fork's copies.  A MAP_PRIVATE hugetlb page that a forked child
+ * shares is copied on the first write by either side, and the copy needs a
+ * free pool page: the kernel's reservation at mmap covers first touches
+ * only.  With none free, a child that writes dies of SIGBUS, and a parent
+ * that writes takes the page away from its children (unmap_ref_private),
+ * which die of SIGBUS at their next touch -- a fork-worker reading its
+ * parent's array while the parent writes it.  glibc's memory is copied
+ * from anywhere in RAM.  So mode=auto leaves as many pages free as this
+ * process's private hugetlb blocks hold (os_private_pages): one copy of
+ * each, enough for the parent (or one child) to rewrite every block
+ * however many children it forked at once.  A private block needs room
+ * for its own copy too; a shared block is never copied.  Other processes
+ * may still take the free pages, and children forked one after another
+ * while the parent writes need a copy each: hp_malloc(3) says what holds. */
+static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool private_block)
+{
+	if (!pagesize)
+		return false;
+	size_t pages = hp_align_up(size, pagesize) / pagesize;
+	size_t need = pages + os_private_pages(pagesize) + (private_block ? pages : 0);
+	long avail = numa_pool_available(p, pagesize);
+	return avail > 0 && (size_t)avail >= need;
+}
+
+bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block)
+{
+	return pool_keeps_room(pagesize, size, p, private_block);
+}
+
+/* ---- private blocks ------------------------------------------------------------- */
+
+/* The cache first, for any block the knobs would accept, placed as the
+ * request wants: a hit costs no syscall and no look at the pools. */
+int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2])
+{
+	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
+	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	int n = 0;
+
+	if (forced(ctx)) {
+		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_HUGETLB, numa), ctx->pagesize, ctx->pagesize};
+		return n;
+	}
+	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
+		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_HUGETLB, numa), 0, knob ? knob : SIZE_MAX};
+	if (mode == MODE_AUTO)
+		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE};
+	return n;
+}
+
+/* What to map when the cache had nothing, from the knobs (or a forcing
+ * ctx); auto only plans a page size whose pool has free pages where numa
+ * allows, with room left for fork's copies. */
+struct hp_plan policy_plan(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
+{
+	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+
+	if (forced(ctx))
+		return (struct hp_plan){HP_BACKEND_HUGETLB, ctx->pagesize};
+	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
+	case MODE_HUGETLB:
+		return (struct hp_plan){HP_BACKEND_HUGETLB, choose_pagesize(knob, size, numa)};
+	case MODE_AUTO: /* a page size whose pool keeps room for fork's copies */
+		for (size_t ps = choose_pagesize(knob, size, numa); ps; ps = choose_pagesize(ps - 1, size, numa))
+			if (pool_keeps_room(ps, size, numa, true))
+				return (struct hp_plan){HP_BACKEND_HUGETLB, ps};
+		break;
+	default:
+		break;
+	}
+	return (struct hp_plan){HP_BACKEND_THP, 0};
+}
+
+/* A bind on hugetlb pages may only use its nodes' free pages, which the
+ * kernel's reservation at mmap does not look at: refuse up front when they
+ * are short, like a short pool (numa.c).  Unknown counts do not refuse. */
+bool policy_nodes_can_serve(struct hp_plan p, size_t size, hp_numa_t numa)
+{
+	if (p.backend != HP_BACKEND_HUGETLB || numa_mode(numa) != NUMA_BIND)
+		return true;
+	long avail = numa_pool_available(numa, p.pagesize);
+	return avail < 0 || (size_t)avail >= hp_align_up(size, p.pagesize) / p.pagesize;
+}
