@@ -175,7 +175,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	if (b)
 		return b;
 	stat_add(HP_STAT_FALLBACKS, 1);
-	if (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) != FALLBACK_THP)
+	if (policy_fallback() != HP_BACKEND_THP)
 		return NULL;
 	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
 	return thp_block(size, numa, cached);
@@ -194,7 +194,7 @@ void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 		return fail_enomem();
 	struct hp_block *b = huge_block(size, ctx, &cached);
 	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
-	if (!b && atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed) == FALLBACK_SMALL) {
+	if (!b && policy_fallback() == HP_BACKEND_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);
 		*to_small = true;
 		HP_ERRNO_RESTORE; /* "yours": the caller's allocator runs next */

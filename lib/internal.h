@@ -381,6 +381,12 @@ HP_HIDDEN bool policy_nodes_can_serve(struct hp_plan p, size_t size, hp_numa_t n
 /* The hugetlb page size the pagesize knob gives a request of size placed
  * by p (hp_malloc_pagesize with 0); 0 if the kernel offers none. */
 HP_HIDDEN size_t policy_pagesize(size_t size, hp_numa_t p);
+/* What a request gets when hugetlb pages could not be had (the fallback
+ * knob): HP_BACKEND_THP, HP_BACKEND_SMALL, or -1 for nothing (ENOMEM). */
+HP_HIDDEN int policy_fallback(void);
+/* What to make a shared block of: hugetlb pages of a page size (pagesize
+ * if not 0, else the knobs'), or shmem (THP: advised for THP; SMALL: not). */
+HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
 /* mode=auto's rule: the pool of pagesize can serve a block of size placed
  * by p right now and keep a free page for the copy of every page of this
  * process's private hugetlb blocks, which a fork's copy-on-write needs;

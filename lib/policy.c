@@ -17,7 +17,9 @@
  *     (policy_nodes_can_serve());
  *   - the cache first, for any block the knobs accept (policy_cache_looks());
  *   - hugetlb pages that could not be had: the fallback knob
- *     (policy_fallback()).
+ *     (policy_fallback()), for private and shared blocks alike;
+ *   - a shared block: hugetlb or shmem, by the same knobs
+ *     (policy_shared_plan()).
  *
  * Decisions only: the facts come from os.c (the page sizes the kernel
  * offers, this process's hugetlb pages), numa.c (which pool pages a
@@ -146,4 +148,40 @@ bool policy_nodes_can_serve(struct hp_plan p, size_t size, hp_numa_t numa)
 		return true;
 	long avail = numa_pool_available(numa, p.pagesize);
 	return avail < 0 || (size_t)avail >= hp_align_up(size, p.pagesize) / p.pagesize;
+}
+
+/* Hugetlb pages that could not be had (a short pool, a refused placement),
+ * or a request the huge path could not serve at all: what it gets instead,
+ * by the fallback knob -- THP (private: a THP block; shared: shmem advised
+ * for THP), HP_BACKEND_SMALL (private: the caller's ordinary path; shared:
+ * ordinary shared memory), or -1: nothing (ENOMEM). */
+int policy_fallback(void)
+{
+	switch (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed)) {
+	case FALLBACK_THP:
+		return HP_BACKEND_THP;
+	case FALLBACK_SMALL:
+		return HP_BACKEND_SMALL;
+	default:
+		return -1;
+	}
+}
+
+/* ---- shared blocks ---------------------------------------------------------------- */
+
+/* As for private blocks: a page size asked for, or mode=hugetlb, means
+ * hugetlb (else the fallback); mode=auto takes hugetlb when the pool can,
+ * leaving the room the private blocks' fork copies need (a shared block
+ * itself is never copied).  Otherwise shmem: advised for THP unless
+ * mode=off.  The numa knob does not place shared blocks (docs/numa.md):
+ * their pages are planned from the whole machine's pools. */
+struct hp_plan policy_shared_plan(size_t size, size_t pagesize)
+{
+	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
+	size_t ps = pagesize ? pagesize : policy_pagesize(size, HP_NUMA_DEFAULT);
+
+	if (ps && (pagesize || mode == MODE_HUGETLB ||
+		   (mode == MODE_AUTO && pool_keeps_room(ps, size, HP_NUMA_DEFAULT, false))))
+		return (struct hp_plan){HP_BACKEND_HUGETLB, ps};
+	return (struct hp_plan){mode != MODE_OFF ? HP_BACKEND_THP : HP_BACKEND_SMALL, 0};
 }

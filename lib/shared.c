@@ -8,7 +8,8 @@
  * to the file.  Else the `fallback` knob decides: thp = a shmem memfd with
  * MADV_HUGEPAGE (transparent huge pages where the kernel's shmem_enabled
  * allows them, ordinary pages otherwise), small = the same without the
- * advice, fail = ENOMEM.
+ * advice, fail = ENOMEM.  policy.c makes these choices (policy_shared_plan,
+ * policy_fallback), by the same rules as for private blocks.
  *
  * Every block is sealed when it is made, before anyone else can have its
  * descriptor: F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL.  Any process
@@ -119,36 +120,27 @@ static void *remember(struct shared *s)
 	return rec->addr;
 }
 
-/* hugetlb first (page size from pagesize, else from the knob), then the
- * fallback knob.  The numa knob does not place shared blocks (docs/numa.md):
- * their pages are planned from the whole machine's pools. */
+/* The block policy.c plans (hugetlb first when the knobs say so), then
+ * what the fallback knob gives. */
 static int create(size_t size, size_t pagesize, struct shared *s)
 {
-	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
-	size_t ps = pagesize ? pagesize : policy_pagesize(size, HP_NUMA_DEFAULT);
+	struct hp_plan p = policy_shared_plan(size, pagesize);
 
-	/* as for private blocks: a page size asked for, or mode=hugetlb, means
-	 * hugetlb or the fallback; mode=auto takes hugetlb when the pool can,
-	 * leaving the room the private blocks' fork copies need (a shared
-	 * block itself is never copied) */
-	bool want = ps && (pagesize || mode == MODE_HUGETLB ||
-			   (mode == MODE_AUTO && policy_pool_ready(ps, size, HP_NUMA_DEFAULT, false)));
-	if (want) {
-		size_t len = hp_align_up(size, ps);
-		if (len >= size && create_hugetlb(len, ps, s) == 0)
+	if (p.backend == HP_BACKEND_HUGETLB) {
+		size_t len = hp_align_up(size, p.pagesize);
+		if (len >= size && create_hugetlb(len, p.pagesize, s) == 0)
 			return 0;
 		stat_add(HP_STAT_SHARED_FALLBACKS, 1);
-		int fallback = atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed);
-		if (fallback == FALLBACK_FAIL) {
+		p.backend = policy_fallback();
+		if (p.backend < 0) {
 			hp_log(1, "shared block of %zu bytes: hugetlb pool short, fallback=fail", size);
 			errno = ENOMEM;
 			return -1;
 		}
 		hp_log(1, "shared block of %zu bytes: hugetlb pool short: %s memory", size,
-		       fallback == FALLBACK_THP ? "THP shmem" : "ordinary shared");
-		return create_shmem(hp_align_up(size, HP_THP_SIZE), fallback == FALLBACK_THP, s);
+		       p.backend == HP_BACKEND_THP ? "THP shmem" : "ordinary shared");
 	}
-	return create_shmem(hp_align_up(size, HP_THP_SIZE), mode != MODE_OFF, s);
+	return create_shmem(hp_align_up(size, HP_THP_SIZE), p.backend == HP_BACKEND_THP, s);
 }
 
 static void *shared_alloc(size_t size, size_t pagesize, int *fd_out)
