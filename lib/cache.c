@@ -43,20 +43,21 @@ static void unlink_block(struct hp_block *b)
 }
 
 /* A cached block fits if it is of the wanted kind and placement (a block
- * placed under one policy never serves another), large enough, and wastes
- * at most 1/8 of the request rounded to its page size (so reuse never
- * inflates RSS much). */
+ * placed under one policy never serves another), of a page size asked for,
+ * and obeys policy.c's waste rule for the request rounded to its page size
+ * (so reuse never inflates RSS much). */
 static bool fits(const struct hp_block *b, uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
 	size_t need = hp_align_up(size, b->map.pagesize);
 	return b->kind == kind && b->map.pagesize >= min_ps && b->map.pagesize <= max_ps &&
-	       b->map.len >= need && b->map.len - need <= need / 8;
+	       policy_fits(b->map.len, need);
 }
 
 struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
-	/* a fitting block is at most 9/8 of the request rounded to its page */
-	size_t largest = size + size / 8 + (max_ps < HP_GiB ? max_ps : HP_GiB) * 2;
+	/* no fitting block is longer than the waste rule allows for the request
+	 * rounded up to the largest page size it may have (1 GiB at most) */
+	size_t largest = policy_longest(size + (max_ps < HP_GiB ? max_ps : HP_GiB));
 	int last = bucket_of(largest);
 
 	for (int i = bucket_of(size); i < NBUCKETS && i <= last; i++)

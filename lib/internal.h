@@ -355,10 +355,15 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
 /* The waste rule: what serves a request of need bytes (rounded up to its
- * page size) is at most an eighth longer -- a page size, a cached block. */
+ * page size) is at most an eighth longer -- a page size, a cached block --
+ * so at most policy_longest(need) bytes. */
 static inline bool policy_fits(size_t len, size_t need)
 {
 	return len >= need && len - need <= need / 8;
+}
+static inline size_t policy_longest(size_t need)
+{
+	return need + need / 8;
 }
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
