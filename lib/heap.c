@@ -373,7 +373,7 @@ static int resize_thp(struct hp_block *b, size_t size)
 {
 	if (size > b->map.len && !inherited(b))
 		grow_over_cache(b, size);
-	if (size <= b->map.len && size >= b->map.len / 2)
+	if (policy_keeps(b->map.len, size))
 		return 0;
 	size_t old_len = b->map.len;
 	int rc = os_remap_thp(&b->map, size);
@@ -389,7 +389,7 @@ void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 {
 	if (b->map.numa != numa_of(ctx))
 		return NULL; /* placed under another policy: the copy is placed anew */
-	if (size <= b->map.len && size >= b->map.len / 2) {
+	if (policy_keeps(b->map.len, size)) {
 		stat_add(HP_STAT_REALLOC_INPLACE, 1);
 		return b->map.addr;
 	}

@@ -79,11 +79,6 @@
 #define HP_THP_SIZE (2 * HP_MiB)
 #define HP_BASE_PAGE ((size_t)4096)
 
-/* The largest block hpalloc hands out (private or shared), larger than any
- * x86-64 address space: sizes above it are refused before rounding up to
- * a page can wrap. */
-#define HP_MAX_BLOCK ((size_t)1 << 46)
-
 #define HP_STRINGIFY_(x) #x
 #define HP_STRINGIFY(x) HP_STRINGIFY_(x) /* a macro's value as a string literal */
 
@@ -354,6 +349,11 @@ HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 
 /* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
+/* The largest block hpalloc hands out (private or shared), larger than any
+ * x86-64 address space: sizes above it are refused before rounding up to
+ * a page can wrap. */
+#define HP_MAX_BLOCK ((size_t)1 << 46)
+
 /* The waste rule: what serves a request of need bytes (rounded up to its
  * page size) is at most an eighth longer -- a page size, a cached block --
  * so at most policy_longest(need) bytes. */
@@ -364,6 +364,12 @@ static inline bool policy_fits(size_t len, size_t need)
 static inline size_t policy_longest(size_t need)
 {
 	return need + need / 8;
+}
+/* Half fits: a live block of len bytes resized to size stays as it is
+ * while it holds size and is at most twice it (realloc, heap.c). */
+static inline bool policy_keeps(size_t len, size_t size)
+{
+	return size <= len && size >= len / 2;
 }
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
@@ -395,7 +401,8 @@ HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
 /* mode=auto's rule: the pool of pagesize can serve a block of size placed
  * by p right now and keep a free page for the copy of every page of this
  * process's private hugetlb blocks, which a fork's copy-on-write needs;
- * a private block (private_block) needs room for its own copy too. */
+ * a private block (private_block) needs room for its own copy too.  (What
+ * policy_plan and policy_shared_plan ask; tests/c/numa_pools asks it too.) */
 HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
 
 /* ---- shared.c ---------------------------------------------------------------- */
