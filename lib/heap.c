@@ -139,7 +139,8 @@ static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_n
 	return new_block(p, size, numa);
 }
 
-static void *publish_block(struct hp_block *b)
+/* b becomes live: the registry's, counted in the live gauges; its address. */
+static void *make_live(struct hp_block *b)
 {
 	b->dirty = true;
 	pthread_mutex_lock(&hp_heap_lock);
@@ -181,7 +182,7 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	return thp_block(size, numa, cached);
 }
 
-/* The huge path alone: a published block, or NULL -- with *to_small set
+/* The huge path alone: a live block, or NULL -- with *to_small set
  * when fallback=small sends the request to the ordinary path (the caller
  * decides whose ordinary path), else ENOMEM. */
 void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
@@ -206,7 +207,7 @@ void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 		memset(b->map.addr, 0, size);
 	b->origin = origin_of(ctx);
 	HP_ERRNO_RESTORE;
-	return publish_block(b);
+	return make_live(b);
 }
 
 /* Every huge allocation comes through here or hp_huge_*() (huge_api.c): no
@@ -400,7 +401,7 @@ void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 	pthread_mutex_unlock(&hp_heap_lock);
 	stats_block_live(b, false);
 	int rc = resize_thp(b, size);
-	void *p = publish_block(b); /* old or new place, always registered */
+	void *p = make_live(b); /* old or new place, always registered */
 	if (rc != 0)
 		return NULL; /* could not grow (address space): copy */
 	stat_add(HP_STAT_REALLOC_INPLACE, 1);
