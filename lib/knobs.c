@@ -2,7 +2,7 @@
  * parser, canonical printer, help), serving the environment, the control
  * directory, hpctl and Python.  Values live in layers, lowest first:
  * default < control < env < process; the effective value is the highest set
- * layer, published in hp_cfg for lock-free reads on the allocation path.
+ * layer, stored in hp_cfg for lock-free reads on the allocation path.
  *
  * Defaults, and why (see bench/ for the measurements):
  *   mode=auto       hugetlb when an admin reserved a pool, else THP: no setup
@@ -374,7 +374,7 @@ static int effective_source(int knob)
 	return HP_SOURCE_DEFAULT;
 }
 
-static void publish_value(int knob, uint64_t v)
+static void store_effective(int knob, uint64_t v)
 {
 	switch (knob) {
 	case KNOB_MODE: atomic_store(&hp_cfg.mode, (int)v); break;
@@ -390,11 +390,11 @@ static void publish_value(int knob, uint64_t v)
 	}
 }
 
-/* Called with knob_lock held: publish the effective value, note a change. */
+/* Called with knob_lock held: store the effective value, note a change. */
 static void refresh(int knob, uint64_t before)
 {
 	uint64_t now = layers[knob][effective_source(knob)].value;
-	publish_value(knob, now);
+	store_effective(knob, now);
 	if (now != before) {
 		stat_add(HP_STAT_CONFIG_GENERATION, 1);
 		janitor_wake();
@@ -499,7 +499,7 @@ void knobs_init(bool with_env)
 		uint64_t v = 0;
 		parse_value(k, knobs[k].default_text, &v, NULL, 0);
 		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
-		publish_value(k, v);
+		store_effective(k, v);
 	}
 	if (!with_env || hp_secure_exec())
 		return;
