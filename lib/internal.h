@@ -443,7 +443,7 @@ HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
 
 /* ---- ring.c: the janitor thread's alone (ring.c says why; ring_probe: private.h) -- */
-HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, publish */
+HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, then ready */
 HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
 HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
 HP_HIDDEN size_t ring_chunks(size_t len);  /* entries a block of len needs */

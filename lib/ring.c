@@ -86,7 +86,7 @@
  * late MADV_DONTNEED on them harms nobody), and the drain returns. */
 #define GONE_GRACE_MS 2000
 
-static _Atomic bool ready;      /* published by the janitor after setup */
+static _Atomic bool ready;      /* set by the janitor once the ring is set up */
 static _Atomic bool backlogged; /* prepared entries await a successful submit */
 
 #ifdef HAVE_LIBURING
@@ -194,8 +194,8 @@ bool ring_backlogged(void)
 	return atomic_load_explicit(&backlogged, memory_order_relaxed);
 }
 
-/* Setup, unplugging and publishing under sq_lock, which the fork hook
- * takes: a fork finds no ring or a published one, never one set up but not
+/* Setup, unplugging and setting `ready` under sq_lock, which the fork hook
+ * takes: a fork finds no ring or a ready one, never one set up but not
  * yet ready (the child could not tell it has it, and would leak it). */
 void ring_start(void)
 {
