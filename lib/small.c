@@ -32,10 +32,10 @@ struct small_cache {
 	void *blocks[NCLASSES + 1][PER_CLASS];
 };
 
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_cache_key;
+static pthread_once_t thread_cache_once = PTHREAD_ONCE_INIT;
 static __thread struct small_cache *my_cache __attribute__((tls_model("initial-exec")));
-static __thread bool cache_dead __attribute__((tls_model("initial-exec")));
+static __thread bool thread_cache_dead __attribute__((tls_model("initial-exec")));
 
 static inline struct small_header *header(const void *p)
 {
@@ -48,7 +48,7 @@ static inline size_t class_of(size_t size)
 	return size <= CACHED_MAX ? (size + (1u << CLASS_SHIFT) - 1) >> CLASS_SHIFT : 0;
 }
 
-static void cache_destroy(void *arg)
+static void thread_cache_destroy(void *arg)
 {
 	struct small_cache *c = arg;
 	for (size_t k = 1; k <= NCLASSES; k++)
@@ -56,23 +56,23 @@ static void cache_destroy(void *arg)
 			free(header(c->blocks[k][i])->raw);
 	free(c);
 	my_cache = NULL;
-	cache_dead = true; /* frees during other destructors go straight to libc */
+	thread_cache_dead = true; /* frees during other destructors go straight to libc */
 }
 
-static void cache_key_create(void)
+static void thread_cache_key_create(void)
 {
-	pthread_key_create(&cache_key, cache_destroy);
+	pthread_key_create(&thread_cache_key, thread_cache_destroy);
 }
 
-static struct small_cache *cache_get(void)
+static struct small_cache *thread_cache_get(void)
 {
-	if (likely(my_cache != NULL) || cache_dead)
+	if (likely(my_cache != NULL) || thread_cache_dead)
 		return my_cache;
 	struct small_cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL; /* no cache is slower, not wrong */
-	pthread_once(&cache_once, cache_key_create);
-	pthread_setspecific(cache_key, c);
+	pthread_once(&thread_cache_once, thread_cache_key_create);
+	pthread_setspecific(thread_cache_key, c);
 	return my_cache = c;
 }
 
@@ -86,7 +86,7 @@ static inline void *handout(void *p, size_t size)
 void *small_alloc(size_t size, bool zero)
 {
 	size_t k = class_of(size);
-	struct small_cache *c = k ? cache_get() : NULL;
+	struct small_cache *c = k ? thread_cache_get() : NULL;
 
 	if (c && c->count[k]) {
 		void *p = c->blocks[k][--c->count[k]];
@@ -108,7 +108,7 @@ void *small_alloc(size_t size, bool zero)
 void small_free(void *p)
 {
 	size_t size = header(p)->size, k = class_of(size);
-	struct small_cache *c = k ? cache_get() : NULL;
+	struct small_cache *c = k ? thread_cache_get() : NULL;
 
 	stats_live_sub(HP_BACKEND_SMALL, size);
 	if (c && c->count[k] < PER_CLASS) {
