@@ -56,8 +56,8 @@ struct file_state {
 	char why[HP_KNOB_ERROR_MAX];        /* last reason we noted, or ""  */
 };
 
-/* One directory whose files form a knob layer. */
-struct layer {
+/* One directory of knob files: they form one of knobs.c's layers. */
+struct knob_dir {
 	int source;                         /* HP_SOURCE_CONTROL / _PROCESS */
 	struct file_state files[KNOB_COUNT];
 	char dir_why[HP_KNOB_ERROR_MAX];    /* last reason the dir was refused */
@@ -69,8 +69,8 @@ static struct {
 	bool enabled;                 /* a control directory is configured  */
 	int kind;                     /* how it was chosen: CONTROL_DIR_*   */
 	char dir[PATH_MAX];
-	struct layer control;
-	struct layer override;
+	struct knob_dir control;
+	struct knob_dir override;
 } C = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.control = { .source = HP_SOURCE_CONTROL },
@@ -175,7 +175,7 @@ static void note_reject(int knob, struct file_state *f, const char *why)
 	knobs_note_reject(knob, why);
 }
 
-static void clear_file(struct layer *l, int knob)
+static void clear_file(struct knob_dir *l, int knob)
 {
 	struct file_state *f = &l->files[knob];
 
@@ -184,7 +184,7 @@ static void clear_file(struct layer *l, int knob)
 	memset(f, 0, sizeof(*f));
 }
 
-static void apply_value(struct layer *l, int knob, const char *canon)
+static void apply_value(struct knob_dir *l, int knob, const char *canon)
 {
 	struct file_state *f = &l->files[knob];
 
@@ -198,7 +198,7 @@ static void apply_value(struct layer *l, int knob, const char *canon)
 }
 
 /* Read, check and apply one knob file that changed. */
-static void load_file(struct layer *l, int dirfd, const char *dirpath,
+static void load_file(struct knob_dir *l, int dirfd, const char *dirpath,
 		      int knob)
 {
 	const char *name = knob_name(knob);
@@ -223,7 +223,7 @@ static void load_file(struct layer *l, int dirfd, const char *dirpath,
 	apply_value(l, knob, canon);
 }
 
-static void poll_file(struct layer *l, int dirfd, const char *dirpath,
+static void poll_file(struct knob_dir *l, int dirfd, const char *dirpath,
 		      int knob, bool force)
 {
 	struct file_state *f = &l->files[knob];
@@ -241,7 +241,7 @@ static void poll_file(struct layer *l, int dirfd, const char *dirpath,
 }
 
 /* dirfd < 0: the directory does not exist, so the layer is empty. */
-static void poll_layer(struct layer *l, int dirfd, const char *dirpath,
+static void poll_layer(struct knob_dir *l, int dirfd, const char *dirpath,
 		       bool force)
 {
 	l->dir_why[0] = '\0';
@@ -254,7 +254,7 @@ static void poll_layer(struct layer *l, int dirfd, const char *dirpath,
 }
 
 /* An insecure directory: keep every value, say why once per reason. */
-static void refuse_layer(struct layer *l, const char *dirpath, const char *err)
+static void refuse_layer(struct knob_dir *l, const char *dirpath, const char *err)
 {
 	char why[HP_KNOB_ERROR_MAX];
 
@@ -271,7 +271,7 @@ static void refuse_layer(struct layer *l, const char *dirpath, const char *err)
  * control directory itself: only it is checked, not its parents (it may
  * well live in /tmp); a relative one (proc/<pid>/override) is checked at
  * every component. */
-static int open_layer_dir(struct layer *l, int at, const char *rel,
+static int open_layer_dir(struct knob_dir *l, int at, const char *rel,
 			  const char *path)
 {
 	char err[HP_KNOB_ERROR_MAX];
