@@ -63,6 +63,7 @@ struct knob_dir {
 	char dir_why[HP_KNOB_ERROR_MAX];    /* last reason the dir was refused */
 };
 
+/* The control directory and its two layers' files, under ctl.lock. */
 static struct {
 	pthread_mutex_t lock;
 	bool initialized;
@@ -71,7 +72,7 @@ static struct {
 	char dir[PATH_MAX];
 	struct knob_dir control;
 	struct knob_dir override;
-} C = {
+} ctl = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.control = { .source = HP_SOURCE_CONTROL },
 	.override = { .source = HP_SOURCE_PROCESS },
@@ -288,11 +289,11 @@ static int open_layer_dir(struct knob_dir *l, int at, const char *rel,
 
 static void poll_control(bool force)
 {
-	int fd = open_layer_dir(&C.control, AT_FDCWD, C.dir, C.dir);
+	int fd = open_layer_dir(&ctl.control, AT_FDCWD, ctl.dir, ctl.dir);
 
 	if (fd == -2)
 		return;
-	poll_layer(&C.control, fd, C.dir, force);
+	poll_layer(&ctl.control, fd, ctl.dir, force);
 	if (fd >= 0)
 		close(fd);
 }
@@ -306,39 +307,39 @@ static void poll_override(bool force)
 	int root, fd;
 
 	if (!publish_claimed()) {
-		poll_layer(&C.override, -1, NULL, force);
+		poll_layer(&ctl.override, -1, NULL, force);
 		return;
 	}
 	snprintf(rel, sizeof(rel), "proc/%ld/override", (long)getpid());
-	root = securedir_open(AT_FDCWD, C.dir, path, sizeof(path));
+	root = securedir_open(AT_FDCWD, ctl.dir, path, sizeof(path));
 	if (root < 0) {
 		if (errno == ENOENT) /* gone, and our overrides with it */
-			poll_layer(&C.override, -1, NULL, force);
+			poll_layer(&ctl.override, -1, NULL, force);
 		return; /* refused: poll_control() said why, keep the layer */
 	}
-	snprintf(path, sizeof(path), "%s/%s", C.dir, rel);
-	fd = open_layer_dir(&C.override, root, rel, path);
+	snprintf(path, sizeof(path), "%s/%s", ctl.dir, rel);
+	fd = open_layer_dir(&ctl.override, root, rel, path);
 	close(root);
 	if (fd == -2)
 		return;
-	poll_layer(&C.override, fd, path, force);
+	poll_layer(&ctl.override, fd, path, force);
 	if (fd >= 0)
 		close(fd);
 }
 
 static void control_poll_locked(bool force)
 {
-	if (!C.initialized) {
-		C.initialized = true;
-		C.enabled = control_dir_choose(C.dir, sizeof(C.dir), &C.kind) == 0;
-		if (!C.enabled)
+	if (!ctl.initialized) {
+		ctl.initialized = true;
+		ctl.enabled = control_dir_choose(ctl.dir, sizeof(ctl.dir), &ctl.kind) == 0;
+		if (!ctl.enabled)
 			hp_log(1, "no control directory (%s): environment and "
 			       "defaults only, and this process publishes nothing "
 			       "(hpctl stats cannot see it)", hp_secure_exec() ?
 			       "secure execution" : "not root, and neither "
 			       "HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set");
 	}
-	if (!C.enabled)
+	if (!ctl.enabled)
 		return;
 	poll_control(force);
 	poll_override(force);
@@ -346,48 +347,48 @@ static void control_poll_locked(bool force)
 
 void control_init(void)
 {
-	pthread_mutex_lock(&C.lock);
+	pthread_mutex_lock(&ctl.lock);
 	control_poll_locked(true);
-	pthread_mutex_unlock(&C.lock);
+	pthread_mutex_unlock(&ctl.lock);
 }
 
 void control_poll(void)
 {
-	pthread_mutex_lock(&C.lock);
+	pthread_mutex_lock(&ctl.lock);
 	control_poll_locked(false);
-	pthread_mutex_unlock(&C.lock);
+	pthread_mutex_unlock(&ctl.lock);
 }
 
 const char *control_dir(void)
 {
-	return C.initialized && C.enabled ? C.dir : NULL;
+	return ctl.initialized && ctl.enabled ? ctl.dir : NULL;
 }
 
 int control_dir_kind(void)
 {
-	return C.kind;
+	return ctl.kind;
 }
 
 /* Around fork the lock is held, so the janitor cannot be mid-poll; in the
  * child our pid changed, so the next poll looks at our own (absent)
- * override directory and drops the parent's per-process overrides.  C.lock
+ * override directory and drops the parent's per-process overrides.  ctl.lock
  * nests outside publish.c's lock (poll_override asks publish_claimed()):
  * lifecycle.c's table calls control_fork before publish_fork. */
 void control_fork(int phase)
 {
-	fork_mutex(&C.lock, phase);
+	fork_mutex(&ctl.lock, phase);
 }
 
-/* Reads files and may log with C.lock held: no cancellation point (see
+/* Reads files and may log with ctl.lock held: no cancellation point (see
  * HP_NOCANCEL_BEGIN). */
 void hp_control_reload(void)
 {
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN;
 	hp_init();
-	pthread_mutex_lock(&C.lock);
+	pthread_mutex_lock(&ctl.lock);
 	control_poll_locked(true);
-	pthread_mutex_unlock(&C.lock);
+	pthread_mutex_unlock(&ctl.lock);
 	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
 }
