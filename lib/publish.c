@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* This process's entry, under pub.lock. */
 static struct {
 	pthread_mutex_t lock;
 	bool disabled;
@@ -43,7 +44,7 @@ static struct {
 	char last[PUB_MAX];            /* content of the last file written */
 	size_t last_len;
 	char why[HP_KNOB_ERROR_MAX];   /* why we last did not publish, or "" */
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} pub = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- helpers shared with hpctl ------------------------------------------- */
 
@@ -142,9 +143,9 @@ static size_t compose(char *buf, size_t cap)
 	size_t pos = 0;
 
 	put(buf, cap, &pos, PUB_MAGIC "pid %ld\ncomm %s\nstart_time %llu\n",
-	    (long)P.pid, P.comm, P.start_time);
-	if (P.has_ns)
-		put(buf, cap, &pos, "pidns %llu %llu\n", P.ns.dev, P.ns.ino);
+	    (long)pub.pid, pub.comm, pub.start_time);
+	if (pub.has_ns)
+		put(buf, cap, &pos, "pidns %llu %llu\n", pub.ns.dev, pub.ns.ino);
 	if (hp_stats_get(&st) == 0)
 		for (int s = 0; s < HP_STAT_COUNT; s++)
 			put(buf, cap, &pos, "stat %s %llu\n", hp_stat_name(s),
@@ -166,15 +167,15 @@ static size_t compose(char *buf, size_t cap)
 /* Write our stats file into dirfd if its content changed. */
 static int write_file(int dirfd)
 {
-	static char buf[PUB_MAX]; /* under P.lock */
+	static char buf[PUB_MAX]; /* under pub.lock */
 	size_t len = compose(buf, sizeof(buf));
 
-	if (len == P.last_len && memcmp(buf, P.last, len) == 0)
+	if (len == pub.last_len && memcmp(buf, pub.last, len) == 0)
 		return 0;
 	if (securedir_write_atomic(dirfd, "stats", buf, len, 0644, false) != 0)
 		return -1;
-	memcpy(P.last, buf, len);
-	P.last_len = len;
+	memcpy(pub.last, buf, len);
+	pub.last_len = len;
 	return 0;
 }
 
@@ -188,20 +189,20 @@ static bool foreign_entry(int procfd, const char *name)
 
 	if (fd < 0)
 		return false;
-	foreign = published_read(fd, &e) == 0 && e.has_ns && P.has_ns &&
-		  (e.ns.dev != P.ns.dev || e.ns.ino != P.ns.ino);
+	foreign = published_read(fd, &e) == 0 && e.has_ns && pub.has_ns &&
+		  (e.ns.dev != pub.ns.dev || e.ns.ino != pub.ns.ino);
 	close(fd);
 	return foreign;
 }
 
 static void remember_self(pid_t pid)
 {
-	P.pid = pid;
-	P.last_len = 0;
-	if (published_start_time(pid, &P.start_time) != 0)
-		P.start_time = 0;
-	P.has_ns = published_pidns_self(&P.ns) == 0;
-	read_comm(P.comm, sizeof(P.comm));
+	pub.pid = pid;
+	pub.last_len = 0;
+	if (published_start_time(pid, &pub.start_time) != 0)
+		pub.start_time = 0;
+	pub.has_ns = published_pidns_self(&pub.ns) == 0;
+	read_comm(pub.comm, sizeof(pub.comm));
 }
 
 /* Make proc/<pid> appear with its stats file in it (see the top). */
@@ -233,15 +234,15 @@ static int create_entry(int procfd, const char *name)
 __attribute__((format(printf, 1, 2)))
 static void not_publishing(const char *fmt, ...)
 {
-	char why[sizeof(P.why)];
+	char why[sizeof(pub.why)];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	if (strcmp(why, P.why) == 0)
+	if (strcmp(why, pub.why) == 0)
 		return;
-	snprintf(P.why, sizeof(P.why), "%s", why);
+	snprintf(pub.why, sizeof(pub.why), "%s", why);
 	hp_log(1, "not publishing stats: %s", why);
 }
 
@@ -292,8 +293,8 @@ static void claim(const char *dir)
 	if (foreign_entry(procfd, name)) {
 		hp_log(1, "not publishing stats: %s/proc/%s belongs to a process "
 		       "of another pid namespace", dir, name);
-		P.disabled = true; /* it will not become ours */
-		P.pid = 0;
+		pub.disabled = true; /* it will not become ours */
+		pub.pid = 0;
 		goto out;
 	}
 	if (publish_remove_pid_dir(procfd, pid) != 0 && errno != ENOENT)
@@ -301,9 +302,9 @@ static void claim(const char *dir)
 	if (create_entry(procfd, name) != 0) {
 		hp_log(1, "not publishing stats: %s/proc/%s: %s", dir, name,
 		       strerror(errno));
-		P.pid = 0;
+		pub.pid = 0;
 	} else {
-		P.why[0] = '\0'; /* a later failure is said again */
+		pub.why[0] = '\0'; /* a later failure is said again */
 	}
 out:
 	close(procfd);
@@ -319,12 +320,12 @@ static void write_stats(const char *dir)
 	root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (root < 0)
 		return;
-	snprintf(rel, sizeof(rel), "proc/%ld", (long)P.pid);
+	snprintf(rel, sizeof(rel), "proc/%ld", (long)pub.pid);
 	fd = securedir_open_path(root, rel, why, sizeof(why));
 	close(root);
 	if (fd < 0) {
 		if (errno == ENOENT)
-			P.pid = 0; /* pruned under us: claim again next time */
+			pub.pid = 0; /* pruned under us: claim again next time */
 		return;
 	}
 	write_file(fd);
@@ -335,22 +336,22 @@ void publish_update(void)
 {
 	const char *dir;
 
-	pthread_mutex_lock(&P.lock);
+	pthread_mutex_lock(&pub.lock);
 	dir = control_dir();
-	if (!P.disabled && dir) {
-		if (P.pid != getpid())
+	if (!pub.disabled && dir) {
+		if (pub.pid != getpid())
 			claim(dir);
-		if (P.pid == getpid())
+		if (pub.pid == getpid())
 			write_stats(dir);
 	}
-	pthread_mutex_unlock(&P.lock);
+	pthread_mutex_unlock(&pub.lock);
 }
 
 bool publish_claimed(void)
 {
-	pthread_mutex_lock(&P.lock);
-	bool mine = P.pid != 0 && P.pid == getpid();
-	pthread_mutex_unlock(&P.lock);
+	pthread_mutex_lock(&pub.lock);
+	bool mine = pub.pid != 0 && pub.pid == getpid();
+	pthread_mutex_unlock(&pub.lock);
 	return mine;
 }
 
@@ -360,36 +361,36 @@ void publish_exit(void)
 	char why[HP_KNOB_ERROR_MAX];
 	int root, procfd;
 
-	pthread_mutex_lock(&P.lock);
-	if (dir && P.pid != 0 && P.pid == getpid()) {
+	pthread_mutex_lock(&pub.lock);
+	if (dir && pub.pid != 0 && pub.pid == getpid()) {
 		root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		procfd = root < 0 ? -1 : securedir_open(root, "proc", why,
 							   sizeof(why));
 		if (procfd >= 0) {
-			publish_remove_pid_dir(procfd, P.pid);
+			publish_remove_pid_dir(procfd, pub.pid);
 			close(procfd);
 		}
 		if (root >= 0)
 			close(root);
 	}
-	P.pid = 0;
-	P.disabled = true; /* nothing after exit re-creates it */
-	pthread_mutex_unlock(&P.lock);
+	pub.pid = 0;
+	pub.disabled = true; /* nothing after exit re-creates it */
+	pthread_mutex_unlock(&pub.lock);
 }
 
 void publish_disable(void)
 {
-	pthread_mutex_lock(&P.lock);
-	P.disabled = true;
-	pthread_mutex_unlock(&P.lock);
+	pthread_mutex_lock(&pub.lock);
+	pub.disabled = true;
+	pthread_mutex_unlock(&pub.lock);
 }
 
 /* The parent's directory stays the parent's; the child claims its own. */
 void publish_fork(int phase)
 {
-	fork_mutex(&P.lock, phase);
+	fork_mutex(&pub.lock, phase);
 	if (phase == FORK_CHILD) {
-		P.pid = 0;
-		P.last_len = 0;
+		pub.pid = 0;
+		pub.last_len = 0;
 	}
 }
