@@ -241,7 +241,8 @@ struct hp_block {
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
 	struct hp_block *prev, *next; /* cache bucket; release hand-off   */
-	struct hp_block *lru_prev, *lru_next; /* cache LRU; in-ring list */
+	struct hp_block *lru_prev, *lru_next;   /* cache.c's LRU      */
+	struct hp_block *ring_prev, *ring_next; /* release.c's in_ring */
 	int bucket;
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */

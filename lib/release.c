@@ -33,7 +33,7 @@
 static pthread_mutex_t rel_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drained = PTHREAD_COND_INITIALIZER;
 static struct hp_block *pending;  /* linked by next */
-static struct hp_block *in_ring;  /* linked by lru_prev/lru_next */
+static struct hp_block *in_ring;  /* linked by ring_prev/ring_next */
 static _Atomic bool busy;         /* either list non-empty (lock-free peek) */
 
 enum { STATE_PENDING = 1, STATE_RING };
@@ -75,21 +75,21 @@ static void ring_link_locked(struct hp_block *b)
 {
 	b->release_state = STATE_RING;
 	b->chunks_left = ring_chunks(b->map.len);
-	b->lru_prev = NULL;
-	b->lru_next = in_ring;
+	b->ring_prev = NULL;
+	b->ring_next = in_ring;
 	if (in_ring)
-		in_ring->lru_prev = b;
+		in_ring->ring_prev = b;
 	in_ring = b;
 }
 
 static void ring_unlink_locked(struct hp_block *b)
 {
-	if (b->lru_prev)
-		b->lru_prev->lru_next = b->lru_next;
+	if (b->ring_prev)
+		b->ring_prev->ring_next = b->ring_next;
 	else
-		in_ring = b->lru_next;
-	if (b->lru_next)
-		b->lru_next->lru_prev = b->lru_prev;
+		in_ring = b->ring_next;
+	if (b->ring_next)
+		b->ring_next->ring_prev = b->ring_prev;
 }
 
 static bool ring_wanted(bool sync)
@@ -173,7 +173,7 @@ void release_abandon_ring(void)
 	pthread_mutex_lock(&rel_lock);
 	while (in_ring) {
 		struct hp_block *b = in_ring;
-		in_ring = b->lru_next;
+		in_ring = b->ring_next;
 		free(b);
 	}
 	update_busy_locked();
@@ -218,7 +218,7 @@ void release_fork(int phase)
 	pthread_cond_init(&drained, NULL);
 	while (in_ring) {
 		struct hp_block *b = in_ring;
-		in_ring = b->lru_next;
+		in_ring = b->ring_next;
 		unmap_locked(b);
 	}
 	while (pending) {
