@@ -233,7 +233,6 @@ struct hp_block {
 	bool dirty;               /* pages may hold old data           */
 	int origin;               /* enum hp_origin, for the stats     */
 	unsigned fork_gen;        /* heap_fork_gen when it was mapped  */
-	int release_state;        /* release.c's, while it releases it */
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */

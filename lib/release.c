@@ -36,8 +36,6 @@ static struct hp_block *pending;  /* linked by next */
 static struct hp_block *in_ring;  /* linked by ring_prev/ring_next */
 static _Atomic bool busy;         /* either list non-empty (lock-free peek) */
 
-enum { STATE_PENDING = 1, STATE_RING };
-
 static void update_busy_locked(void)
 {
 	bool now = pending || in_ring;
@@ -54,7 +52,6 @@ void release_adopt(struct hp_block *list)
 	while (list) {
 		struct hp_block *b = list;
 		list = list->next;
-		b->release_state = STATE_PENDING;
 		b->next = pending;
 		pending = b;
 	}
@@ -73,7 +70,6 @@ static void unmap_locked(struct hp_block *b)
 
 static void ring_link_locked(struct hp_block *b)
 {
-	b->release_state = STATE_RING;
 	b->chunks_left = ring_chunks(b->map.len);
 	b->ring_prev = NULL;
 	b->ring_next = in_ring;
