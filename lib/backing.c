@@ -58,7 +58,7 @@ int hp_backing(const void *ptr, struct hp_backing *out)
 	if (r.found) {
 		out->backend = r.map.backend;
 		out->usable_size = out->mapping_size = r.map.len;
-		out->requested_page_size = r.map.backend == HP_BACKEND_HUGETLB ? r.map.pagesize :
+		out->requested_page_size = r.map.backend == HP_BACKEND_HUGETLB ? r.map.kernel_page_size :
 					   r.map.backend == HP_BACKEND_THP ? HP_THP_SIZE : HP_BASE_PAGE;
 	}
 	int rc = hp_kernel_backing(r.addr, r.len, &out->kernel);

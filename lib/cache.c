@@ -48,8 +48,8 @@ static void unlink_block(struct hp_block *b)
  * (so reuse never inflates RSS much). */
 static bool fits(const struct hp_block *b, uint64_t kind, size_t min_ps, size_t max_ps, size_t size)
 {
-	size_t need = hp_align_up(size, b->map.pagesize);
-	return b->kind == kind && b->map.pagesize >= min_ps && b->map.pagesize <= max_ps &&
+	size_t need = hp_align_up(size, b->map.kernel_page_size);
+	return b->kind == kind && b->map.kernel_page_size >= min_ps && b->map.kernel_page_size <= max_ps &&
 	       policy_fits(b->map.len, need);
 }
 

@@ -167,8 +167,11 @@ HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
 /* A mapping hpalloc owns.  addr is aligned to the page size it asked for. */
 struct hp_map {
 	void *addr;
-	size_t len;      /* mapped bytes (multiple of page)    */
-	size_t pagesize; /* 4096 for thp, 2M/1G for hugetlb  */
+	size_t len;      /* mapped bytes, a multiple of kernel_page_size */
+	/* What smaps calls KernelPageSize: 2M/1G for hugetlb, 4096 for THP,
+	 * whose 2 MiB pages the kernel may give or not (the 2 MiB hpalloc asks
+	 * for is hp_backing's requested_page_size). */
+	size_t kernel_page_size;
 	int backend;     /* HP_BACKEND_THP or HP_BACKEND_HUGETLB */
 	hp_numa_t numa;  /* placement it was given (0: the kernel's) */
 };

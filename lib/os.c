@@ -86,11 +86,12 @@ static _Atomic size_t private_pages[64];
 
 static void count_private(const struct hp_map *m, bool mapped)
 {
-	size_t pages = m->len / m->pagesize;
+	size_t pages = m->len / m->kernel_page_size;
+	_Atomic size_t *count = &private_pages[prim_page_shift(m->kernel_page_size)];
 	if (mapped)
-		atomic_fetch_add_explicit(&private_pages[prim_page_shift(m->pagesize)], pages, memory_order_relaxed);
+		atomic_fetch_add_explicit(count, pages, memory_order_relaxed);
 	else
-		atomic_fetch_sub_explicit(&private_pages[prim_page_shift(m->pagesize)], pages, memory_order_relaxed);
+		atomic_fetch_sub_explicit(count, pages, memory_order_relaxed);
 }
 
 size_t os_private_pages(size_t pagesize)
@@ -124,7 +125,7 @@ int os_map_thp(size_t size, struct hp_map *out)
 	 * back into the block's VMA (mremap needs one VMA). */
 	prim_advise(p, len + GUARD, MADV_HUGEPAGE);
 	prim_protect(p + len, GUARD, PROT_NONE);
-	*out = (struct hp_map){.addr = p, .len = len, .pagesize = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
+	*out = (struct hp_map){.addr = p, .len = len, .kernel_page_size = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
 	hp_log(2, "thp map %p %zu", (void *)p, len);
 	return 0;
 }
@@ -148,7 +149,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	*out = (struct hp_map){.addr = p, .len = len, .pagesize = pagesize, .backend = HP_BACKEND_HUGETLB};
+	*out = (struct hp_map){.addr = p, .len = len, .kernel_page_size = pagesize, .backend = HP_BACKEND_HUGETLB};
 	count_private(out, true);
 	hp_log(2, "hugetlb map %p %zu (page %zu)", p, len, pagesize);
 	return 0;

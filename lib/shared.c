@@ -49,7 +49,7 @@ struct shared {
 	size_t len;
 	int fd;
 	int backend;      /* HP_BACKEND_HUGETLB, _THP (advised shmem), _SMALL */
-	size_t pagesize;  /* hugetlb page size, else 4096 */
+	size_t kernel_page_size; /* hugetlb page size, else 4096 (shmem) */
 	struct shared *next;
 };
 
@@ -218,7 +218,7 @@ static void *shared_map(int fd, size_t *size_out)
 	if (!hugetlb)
 		prim_advise(s.addr, s.len, MADV_HUGEPAGE);
 	s.backend = hugetlb ? HP_BACKEND_HUGETLB : HP_BACKEND_THP;
-	s.pagesize = hugetlb ? pagesize : HP_BASE_PAGE;
+	s.kernel_page_size = hugetlb ? pagesize : HP_BASE_PAGE;
 	void *p = remember(&s);
 	if (p) {
 		if (size_out)
@@ -295,7 +295,7 @@ int hp_shared_info(const void *ptr, struct hp_shared_info *out)
 	struct shared **pp = find_locked(ptr);
 	if (pp)
 		*out = (struct hp_shared_info){.addr = (*pp)->addr, .size = (*pp)->len, .fd = (*pp)->fd,
-					       .backend = (*pp)->backend, .page_size = (*pp)->pagesize};
+					       .backend = (*pp)->backend, .page_size = (*pp)->kernel_page_size};
 	pthread_mutex_unlock(&shared_lock);
 	if (!pp) {
 		errno = ENOENT;
@@ -311,7 +311,7 @@ bool shared_lookup(const void *addr, struct hp_map *out)
 	struct shared **pp = find_locked(addr);
 	if (pp)
 		*out = (struct hp_map){.addr = (*pp)->addr, .len = (*pp)->len,
-				       .pagesize = (*pp)->pagesize, .backend = (*pp)->backend};
+				       .kernel_page_size = (*pp)->kernel_page_size, .backend = (*pp)->backend};
 	pthread_mutex_unlock(&shared_lock);
 	return pp != NULL;
 }
