@@ -2,7 +2,10 @@
  *
  * One public header, prefix hp_.  Every function is thread-safe and
  * fork-safe.  Failures return NULL or -1 with errno set; the library never
- * aborts and never prints unless the `verbose` knob asks it to.
+ * aborts and never prints unless the `verbose` knob asks it to.  Page
+ * sizes in bytes are called `page_size` (parameters and fields);
+ * `pagesize` is the knob's name, which hp_malloc_pagesize() and
+ * hp_ctx_pagesize() carry.
  */
 #ifndef HPALLOC_H
 #define HPALLOC_H
@@ -33,10 +36,10 @@ HP_API void hp_free(void *ptr);
 HP_API void hp_free_sized(void *ptr, size_t size);
 HP_API size_t hp_usable_size(const void *ptr);
 
-/* An allocation on hugetlb pages of `pagesize` bytes (2 MiB or 1 GiB; 0 = the
+/* An allocation on hugetlb pages of `page_size` bytes (2 MiB or 1 GiB; 0 = the
  * `pagesize` knob) whatever the size and `threshold`.  Pool short: the
  * `fallback` knob decides.  zero != 0 returns zeroed memory. */
-HP_API void *hp_malloc_pagesize(size_t size, size_t pagesize, int zero);
+HP_API void *hp_malloc_pagesize(size_t size, size_t page_size, int zero);
 
 /* ---- NEP 49 shaped entry points ----------------------------------------
  * Signatures of NumPy's PyDataMemAllocator, so the NumPy handler is a table
@@ -46,10 +49,10 @@ HP_API void *hp_ctx_malloc(void *ctx, size_t size);
 HP_API void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize);
 HP_API void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size);
 HP_API void hp_ctx_free(void *ctx, void *ptr, size_t size);
-/* An immortal context forcing hugetlb pages of `pagesize` (2 MiB or 1 GiB):
+/* An immortal context forcing hugetlb pages of `page_size` (2 MiB or 1 GiB):
  * allocations through it ignore `threshold` and `mode`.  NULL + EINVAL for
- * a page size the kernel does not offer.  Same as hp_ctx(HP_ORIGIN_API, pagesize). */
-HP_API void *hp_ctx_pagesize(size_t pagesize);
+ * a page size the kernel does not offer.  Same as hp_ctx(HP_ORIGIN_API, page_size). */
+HP_API void *hp_ctx_pagesize(size_t page_size);
 
 /* Who asked for a block: every adapter allocates through a context of its
  * origin, so the stats can say where the huge bytes came from. */
@@ -63,10 +66,10 @@ enum hp_origin {
 	HP_ORIGIN_COUNT
 };
 HP_API const char *hp_origin_name(int origin); /* "api" "numpy" "python" ... */
-/* The immortal context of an origin: pagesize 0 follows the knobs like
+/* The immortal context of an origin: page_size 0 follows the knobs like
  * hp_malloc; 2 MiB or 1 GiB forces hugetlb pages as hp_ctx_pagesize does.
  * NULL + EINVAL for an unknown origin or a page size the kernel lacks. */
-HP_API void *hp_ctx(int origin, size_t pagesize);
+HP_API void *hp_ctx(int origin, size_t page_size);
 
 /* ---- the huge path alone, for interposers --------------------------------
  * For wrappers that keep an ordinary allocator of their own below the
@@ -107,7 +110,7 @@ HP_API int hp_report_activation(const char *adapter, int ok, const char *detail)
 /* ---- shared blocks: huge pages several processes map ------------------------
  * A block on a memfd, mapped MAP_SHARED, that other processes map from its
  * descriptor (sent over a UNIX socket, inherited).  Hugetlb pages when
- * pagesize (2 MiB, 1 GiB) is given or the knobs say so (mode, pagesize):
+ * page_size (2 MiB, 1 GiB) is given or the knobs say so (mode, pagesize):
  * their pool pages are reserved at creation, so a short pool fails here,
  * never as a SIGBUS later, in any process.  A short pool then goes by the
  * `fallback` knob: thp = shmem with MADV_HUGEPAGE (THP where the kernel's
@@ -120,9 +123,9 @@ struct hp_shared_info {
 	int backend;         /* HP_BACKEND_HUGETLB, _THP (advised), _SMALL   */
 	size_t page_size;    /* hugetlb page size, else 4096                 */
 };
-/* A new shared block of at least size bytes (pagesize 0: the knobs); its
+/* A new shared block of at least size bytes (page_size 0: the knobs); its
  * descriptor (close-on-exec, owned by the block) in *fd_out if not NULL. */
-HP_API void *hp_shared_alloc(size_t size, size_t pagesize, int *fd_out);
+HP_API void *hp_shared_alloc(size_t size, size_t page_size, int *fd_out);
 /* Map the whole block behind fd (from another process); fd stays the
  * caller's (the block keeps a duplicate).  Its size in *size_out. */
 HP_API void *hp_shared_map(int fd, size_t *size_out);
