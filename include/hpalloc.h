@@ -44,7 +44,7 @@ HP_API void *hp_malloc_pagesize(size_t size, size_t page_size, int zero);
 /* ---- NEP 49 shaped entry points ----------------------------------------
  * Signatures of NumPy's PyDataMemAllocator, so the NumPy handler is a table
  * of these and nothing else.  ctx is NULL (follow the knobs) or a context
- * from hp_ctx_pagesize(). */
+ * from hp_ctx(), hp_ctx_pagesize() or hp_ctx_numa(). */
 HP_API void *hp_ctx_malloc(void *ctx, size_t size);
 HP_API void *hp_ctx_calloc(void *ctx, size_t nelem, size_t elsize);
 HP_API void *hp_ctx_realloc(void *ctx, void *ptr, size_t new_size);
@@ -186,7 +186,9 @@ enum hp_stat {
 	HP_STAT_CACHED_BLOCKS,
 	HP_STAT_CACHE_HITS,
 	HP_STAT_CACHE_MISSES,
-	HP_STAT_CACHE_EVICTIONS,  /* pushed out by cache_max              */
+	HP_STAT_CACHE_EVICTIONS,  /* out of the cache before their decay:
+				     cache_max, cache_rss_max,
+				     hp_cache_flush(), a fork's child     */
 	HP_STAT_CACHE_DECAYS,     /* released after cache_decay_ms idle   */
 	HP_STAT_FALLBACKS,        /* hugetlb failed, fallback used        */
 	HP_STAT_FAILURES,         /* NULL returned                        */
@@ -295,7 +297,8 @@ HP_API void hp_release_drain(void);
 /* Release every cached block now (e.g. before measuring RSS). */
 HP_API void hp_cache_flush(void);
 /* Re-read the control directory now (the library also does it by itself
- * at least once a second). */
+ * about every 250 ms, from the process's first huge block on: its
+ * background thread does). */
 HP_API void hp_control_reload(void);
 
 HP_API const char *hp_version(void);
@@ -375,12 +378,14 @@ HP_API int hp_kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *o
 struct hp_backing_numa {
 	char policy[HP_KNOB_VALUE_MAX]; /* the placement hpalloc gave the block,
 					   as the numa knob writes it ("bind:0",
-					   "default"); "" for memory not in an
-					   hpalloc huge block */
+					   "default"); "" for memory not in a
+					   private huge block (shared ones too) */
 	struct hp_kernel_numa kernel;   /* numa_maps over the block (over the
 					   page of ptr for other memory) */
 };
-/* Placement of the hpalloc block containing ptr.  -1 + errno. */
+/* Placement of the private huge block containing ptr.  Shared blocks, which
+ * the numa knob does not place, are reported as other memory: policy "",
+ * numa_maps over the page of ptr.  -1 + errno. */
 HP_API int hp_backing_numa(const void *ptr, struct hp_backing_numa *out);
 
 #ifdef __cplusplus

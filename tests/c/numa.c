@@ -2,7 +2,8 @@
  * independently of the library's reader) with its pages on the nodes it
  * allows; default leaves the kernel's policy; invalid values change
  * nothing; the cache never hands a block placed under one policy to a
- * request under another; contexts carry their own policy; a bind on
+ * request under another; contexts carry their own policy; shared blocks
+ * are not placed (nor reported as placed); a bind on
  * hugetlb pages takes its pages from the bound node's pool when the block
  * is made.  On a machine with one node placement across nodes is checked
  * for policy only (said on stderr); with two or more, page placement too. */
@@ -240,6 +241,34 @@ static void test_default_is_kernels(void **state)
 	check_policy("default", "default", all_nodes());
 }
 
+/* The numa knob places private blocks only: a shared block keeps the
+ * kernel's policy (other processes map its pages), and hp_backing_numa()
+ * reports it as memory hpalloc did not place -- policy "", the kernel's
+ * figures for the mapping ptr lies in -- as hpalloc.h says. */
+static void test_shared_not_placed(void **state)
+{
+	(void)state;
+	char word[64], kernel[64];
+	struct hp_backing_numa b;
+	int fd;
+
+	harness_knob("mode", "thp");
+	snprintf(word, sizeof(word), "bind:%d", nodes[0]);
+	harness_knob("numa", word);
+	kernels_word(kernel, sizeof(kernel));
+	unsigned char *p = hp_shared_alloc(BLOCK, 0, &fd);
+	assert_non_null(p);
+	struct nu_entry e = touched_entry(p, BLOCK);
+	if (strcmp(e.policy, kernel) != 0)
+		fail_msg("shared block under numa=%s: numa_maps says '%s', the kernel's is '%s'", word,
+			 e.policy, kernel);
+	assert_int_equal(hp_backing_numa(p + 4096, &b), 0);
+	assert_string_equal(b.policy, "");
+	assert_string_equal(b.kernel.policy, e.policy);
+	assert_int_equal(b.kernel.mappings, 1);
+	assert_int_equal(hp_shared_free(p), 0);
+}
+
 /* ---- the cache ------------------------------------------------------------------ */
 
 static void *alloc_expect(const char *want, bool hit)
@@ -475,6 +504,7 @@ int main(int argc, char **argv)
 		HTEST(test_policies_in_numa_maps),
 		HTEST(test_pages_across_nodes),
 		HTEST(test_default_is_kernels),
+		HTEST(test_shared_not_placed),
 		HTEST(test_cache_never_crosses),
 		HTEST(test_ctx_numa),
 		HTEST(test_hugetlb_bind_takes_node_pages),
