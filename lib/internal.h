@@ -175,12 +175,6 @@ struct hp_map {
 	int backend;     /* HP_BACKEND_THP or HP_BACKEND_HUGETLB */
 	hp_numa_t numa;  /* placement it was given (0: the kernel's) */
 };
-/* Give a fresh mapping (never touched) placement p: mbind, and for a bind
- * on hugetlb pages the pages faulted now, so a node without free pages is
- * a failed allocation instead of a SIGBUS at first touch.  -1 + errno
- * (ENOMEM: no page where p allows); the mapping is then unchanged or
- * partly placed, and the caller unmaps it. */
-HP_HIDDEN int numa_place(struct hp_map *m, hp_numa_t p);
 HP_HIDDEN int os_map_thp(size_t size, struct hp_map *out);
 HP_HIDDEN int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out);
 HP_HIDDEN int os_unmap(const struct hp_map *m);
@@ -228,6 +222,14 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * cuts, os.c says why), 0 for hugetlb (not anonymous memory, and not
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
+
+/* ---- numa.c: a mapping placed -------------------------------------------------- */
+/* Give a fresh mapping (never touched) placement p: mbind, and for a bind
+ * on hugetlb pages the pages faulted now, so a node without free pages is
+ * a failed allocation instead of a SIGBUS at first touch.  -1 + errno
+ * (ENOMEM: no page where p allows); the mapping is then unchanged or
+ * partly placed, and the caller unmaps it. */
+HP_HIDDEN int numa_place(struct hp_map *m, hp_numa_t p);
 
 /* ---- blocks, heap.c ---------------------------------------------------------- */
 struct hp_block {
