@@ -1,8 +1,12 @@
 /* Reuse cache for freed huge blocks: NumPy's npy_alloc_cache idea, for
  * large blocks.  Buckets by mapping length (4 classes per power of two),
  * most recently freed first; one LRU list for the cache_max bound and for
- * decay.  All functions run with hp_heap_lock held and never make syscalls:
- * whatever must go is returned as a list for the caller to release. */
+ * decay.  All functions run with hp_heap_lock held and never touch memory
+ * through the kernel: whatever must go is returned as a list for the
+ * caller to release.  The one system call they may make is a log line's
+ * write (the learning decay's, with verbose=2): the application threads
+ * that reach one run with cancellation disabled (HP_NOCANCEL_BEGIN), the
+ * other is the janitor, hpalloc's own. */
 #include "internal.h"
 
 #define NBUCKETS (4 * 64)
