@@ -18,8 +18,12 @@
  *   huge_api.c  the huge path alone, for interposers (hp_huge_threshold,
  *              hp_huge_alloc, hp_huge_realloc, hp_owns)
  *   small.c    the ordinary path: libc memory, 64-byte aligned, per-thread cache
+ *   policy.c   where a huge block comes from, private or shared: backend,
+ *              page size, mode=auto's pool rule, the fallback; the rules
+ *              reuse and realloc obey (waste 1/8, half fits, largest block)
  *   os.c       private blocks' mappings: THP alignment and guard, cut, join,
- *              grow; hugetlb page sizes and how full their pools are
+ *              grow; hugetlb page sizes, how full their pools are, how many
+ *              pages this process's hugetlb blocks hold
  *   prim.c     the only place that talks to the kernel about memory: every
  *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
