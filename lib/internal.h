@@ -364,15 +364,17 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 #define HP_MAX_BLOCK ((size_t)1 << 46)
 
 /* The waste rule: what serves a request of need bytes (rounded up to its
- * page size) is at most an eighth longer -- a page size, a cached block --
- * so at most policy_longest(need) bytes. */
+ * page size) is at most 1/POLICY_WASTE_DIVISOR longer -- a page size, a
+ * cached block -- so at most policy_longest(need) bytes.  A bare number:
+ * knobs.c spells it in the pagesize knob's help (HP_STRINGIFY). */
+#define POLICY_WASTE_DIVISOR 8
 static inline bool policy_fits(size_t len, size_t need)
 {
-	return len >= need && len - need <= need / 8;
+	return len >= need && len - need <= need / POLICY_WASTE_DIVISOR;
 }
 static inline size_t policy_longest(size_t need)
 {
-	return need + need / 8;
+	return need + need / POLICY_WASTE_DIVISOR;
 }
 /* Half fits: a live block of len bytes resized to size stays as it is
  * while it holds size and is at most twice it (realloc, heap.c). */

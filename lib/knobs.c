@@ -70,7 +70,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"a size in bytes with optional K/M/G/T suffix, 4K..1T", NULL, "1M",
 		4096, TIB, parse_size_knob, format_size},
 	[KNOB_PAGESIZE] = {"pagesize", "choice",
-		"largest hugetlb page size to use: 2M, 1G, or auto (largest whose pool can hold the block); a block that would waste over 1/8 in rounding takes the next smaller size",
+		"largest hugetlb page size to use: 2M, 1G, or auto (largest whose pool can hold the block); a block that would waste over 1/" HP_STRINGIFY(POLICY_WASTE_DIVISOR) " in rounding takes the next smaller size",
 		"one of: auto 2M 1G", "auto 2M 1G", "auto",
 		0, 0, parse_pagesize, format_pagesize},
 	[KNOB_FALLBACK] = {"fallback", "choice",
