@@ -412,8 +412,8 @@ HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
 /* mode=auto's rule: the pool of pagesize can serve a block of size placed
  * by p right now and keep a free page for the copy of every page of this
  * process's private hugetlb blocks, which a fork's copy-on-write needs;
- * a private block (private_block) needs room for its own copy too.  (What
- * policy_plan and policy_shared_plan ask; tests/c/numa_pools asks it too.) */
+ * a private block (private_block) needs room for its own copy too (policy.c
+ * says why; tests/c/numa_pools asks it on staged pools). */
 HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
 
 /* ---- shared.c ---------------------------------------------------------------- */

@@ -3,7 +3,8 @@
  * (shared.c) -- is made here, so that a change to where blocks come from
  * is a change to this file, and the rules it applies are named once:
  *   - the waste rule (policy_fits(), internal.h): what serves a request is
- *     at most an eighth more than the request rounded up to its page size.
+ *     at most 1/POLICY_WASTE_DIVISOR (an eighth) more than the request
+ *     rounded up to its page size.
  *     A page size obeys it (pagesize=1G never spends a 1 GiB page on a
  *     1 MiB array), and so does a cached block (cache.c): reuse never
  *     inflates RSS much;
@@ -12,7 +13,7 @@
  *   - the largest block, HP_MAX_BLOCK (internal.h);
  *   - which hugetlb page size (choose_pagesize());
  *   - mode=auto: hugetlb pages only from a pool that keeps room for fork's
- *     copies (pool_keeps_room());
+ *     copies (policy_pool_ready());
  *   - a bind on hugetlb pages: only its nodes' free pages
  *     (policy_nodes_can_serve());
  *   - the cache first, for any block the knobs accept (policy_cache_looks());
@@ -80,7 +81,7 @@ size_t policy_pagesize(size_t size, hp_numa_t p)
  * for its own copy too; a shared block is never copied.  Other processes
  * may still take the free pages, and children forked one after another
  * while the parent writes need a copy each: hp_malloc(3) says what holds. */
-static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool private_block)
+bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block)
 {
 	if (!pagesize)
 		return false;
@@ -90,15 +91,11 @@ static bool pool_keeps_room(size_t pagesize, size_t size, hp_numa_t p, bool priv
 	return avail > 0 && (size_t)avail >= need;
 }
 
-bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block)
-{
-	return pool_keeps_room(pagesize, size, p, private_block);
-}
-
 /* ---- private blocks ------------------------------------------------------------- */
 
 /* The cache first, for any block the knobs would accept, placed as the
- * request wants: a hit costs no syscall and no look at the pools. */
+ * request wants: a hit costs no syscall and no look at the pools.  None
+ * for mode=thp: heap.c's thp_block() looks among THP blocks anyway. */
 int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2])
 {
 	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
@@ -130,7 +127,7 @@ struct hp_plan policy_plan(size_t size, const struct hp_ctx *ctx, hp_numa_t numa
 		return (struct hp_plan){HP_BACKEND_HUGETLB, choose_pagesize(knob, size, numa)};
 	case MODE_AUTO: /* a page size whose pool keeps room for fork's copies */
 		for (size_t ps = choose_pagesize(knob, size, numa); ps; ps = choose_pagesize(ps - 1, size, numa))
-			if (pool_keeps_room(ps, size, numa, true))
+			if (policy_pool_ready(ps, size, numa, true))
 				return (struct hp_plan){HP_BACKEND_HUGETLB, ps};
 		break;
 	default:
@@ -181,7 +178,7 @@ struct hp_plan policy_shared_plan(size_t size, size_t pagesize)
 	size_t ps = pagesize ? pagesize : policy_pagesize(size, HP_NUMA_DEFAULT);
 
 	if (ps && (pagesize || mode == MODE_HUGETLB ||
-		   (mode == MODE_AUTO && pool_keeps_room(ps, size, HP_NUMA_DEFAULT, false))))
+		   (mode == MODE_AUTO && policy_pool_ready(ps, size, HP_NUMA_DEFAULT, false))))
 		return (struct hp_plan){HP_BACKEND_HUGETLB, ps};
 	return (struct hp_plan){mode != MODE_OFF ? HP_BACKEND_THP : HP_BACKEND_SMALL, 0};
 }
