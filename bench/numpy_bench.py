@@ -1,5 +1,5 @@
 """NumPy benchmark: hpalloc against NumPy's default and the allocators a user
-would pick instead (issues 6 and 17), side by side in one run, on the
+would pick instead (issues 6, 17 and 25), side by side in one run, on the
 machine as users have it.
 
     numpy_bench.py [--quick] [--out DIR] [--pythonpath DIR] [--libdir DIR]
@@ -11,7 +11,9 @@ contenders interleaved (A B C ... then reversed, round after round) so drift
 of this shared machine hits everyone alike.  Two kinds of workload: NumPy
 microbenchmarks (temporaries, zeros, gather, threads, resize) and whole
 applications (pandas, scikit-learn, SciPy, NumPy pipelines, Numba, PyTorch,
-Dask).  hpalloc runs as a user would switch it on: `hpctl run` with its
+Dask); and rows under a memory limit (issue 25: each process in a memory
+cgroup of its own, tests/python/hp_memcg.py, its OOM kills and peak
+reported).  hpalloc runs as a user would switch it on: `hpctl run` with its
 default knobs, `hpctl run --preload`, and the best knobs found for a
 workload (named in the report).  Writes DIR/results.json (every sample),
 DIR/results.md (tables + machine) and DIR/results.png (chart), and prints
