@@ -662,8 +662,7 @@ def cgroup_summary(runs):
     peaks = [f["peak"] for f in facts if f["peak"] >= 0]
     return {"runs": len(facts), "kills": sum(1 for r in runs if r.get("killed")),
             "cgroup_peak": statistics.median(peaks) if peaks else None,
-            "cgroup_peak_max": max(peaks) if peaks else None,
-            "limit": facts[0]["limit"]}
+            "cgroup_peak_max": max(peaks) if peaks else None}
 
 
 def fmt_value(v, unit):
@@ -727,7 +726,7 @@ def workload_table(w, title, unit, summary, contenders):
         extra_cols = [("kept_after_free_bytes", "RSS kept after `del a`")]
     cg_cols = ["OOM-killed", "cgroup peak"] if w in CGROUP_WORKLOADS else []
     head = ["contender", "median (%s)" % unit, "min–max", "÷ NumPy default",
-            "minor faults", "peak RSS+hugetlb (VmHWM)"] + cg_cols + [t for _, t in extra_cols] + ["notes"]
+            "minor faults", "peak RSS+hugetlb"] + cg_cols + [t for _, t in extra_cols] + ["notes"]
     out = ["### %s" % title, "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
     for c in contenders:
