@@ -662,7 +662,8 @@ def cgroup_summary(runs):
     peaks = [f["peak"] for f in facts if f["peak"] >= 0]
     return {"runs": len(facts), "kills": sum(1 for r in runs if r.get("killed")),
             "cgroup_peak": statistics.median(peaks) if peaks else None,
-            "cgroup_peak_max": max(peaks) if peaks else None}
+            "cgroup_peak_max": max(peaks) if peaks else None,
+            "limit_hits": statistics.median(f["limit_hits"] for f in facts)}
 
 
 def fmt_value(v, unit):
@@ -706,9 +707,11 @@ def notes_for(name, s):
 
 
 def cgroup_cells(s):
-    """The columns of a row run in a memory cgroup: OOM kills, its peak."""
+    """The columns of a row run in a memory cgroup: OOM kills, its peak, how
+    often its charge hit the limit (the kernel reclaimed or failed)."""
     return ["%d of %d" % (s["kills"], s["runs"]),
-            "%s (max %s)" % (fmt_bytes(s["cgroup_peak"]), fmt_bytes(s["cgroup_peak_max"]))]
+            "%s (max %s)" % (fmt_bytes(s["cgroup_peak"]), fmt_bytes(s["cgroup_peak_max"])),
+            fmt_count(s["limit_hits"])]
 
 
 def workload_table(w, title, unit, summary, contenders):
@@ -724,7 +727,7 @@ def workload_table(w, title, unit, summary, contenders):
         extra_cols = [("small_ns", "`np.empty(16)` ns")]
     if w == "pressure":
         extra_cols = [("kept_after_free_bytes", "RSS kept after `del a`")]
-    cg_cols = ["OOM-killed", "cgroup peak"] if w in CGROUP_WORKLOADS else []
+    cg_cols = ["OOM-killed", "cgroup peak", "limit hits"] if w in CGROUP_WORKLOADS else []
     head = ["contender", "median (%s)" % unit, "min–max", "÷ NumPy default",
             "minor faults", "peak RSS+hugetlb"] + cg_cols + [t for _, t in extra_cols] + ["notes"]
     out = ["### %s" % title, "", "| " + " | ".join(head) + " |",
