@@ -289,6 +289,81 @@ def alloc_path(opts):
     return {"large_ns": big_ns, "small_ns": tiny_ns}
 
 
+# ---- under a memory limit (issue 25) ------------------------------------------
+# The harness runs these in a memory cgroup of their own (numpy_bench.py:
+# CGROUP_WORKLOADS), limited to LIMIT (HPALLOC_BENCH_LIMIT) for the
+# pressure rows and unlimited for `reuse`; it reads the cgroup's peak and
+# OOM kills itself (a killed process reports nothing).  A process learns
+# its cgroup's charge from HPALLOC_BENCH_CGROUP_USAGE, a file.
+
+def rss_bytes():
+    return status_bytes("VmRSS")
+
+
+def limit_repro(opts):
+    """Issue 25's reproduction: a 1 GiB array freed, then 1 GiB more in 4096
+    arrays of 256 KiB (below hpalloc's threshold: libc's).  Wall time of the
+    whole program; the resident memory the allocator kept after the free."""
+    t0, f0 = time.perf_counter(), minor_faults()
+    before = rss_bytes()
+    a = np.ones(1 << 27)
+    PEAK.sample()
+    del a
+    kept = max(rss_bytes() - before, 0)
+    small = [np.ones(1 << 15) for _ in range(4096)]
+    PEAK.sample()
+    t, faults = time.perf_counter() - t0, minor_faults() - f0
+    if small[-1][-1] != 1.0:  # the work really happened
+        sys.exit("limit_repro: wrong contents")
+    return {"s": [t], "faults": [faults], "kept_after_free_bytes": [kept]}
+
+
+REUSE_ARRAYS = 4                 # live at once: 4 distinct blocks to reuse
+REUSE_BYTES = 64 * MiB
+CHURN_BYTES = 256 * MiB          # 1024 arrays of 256 KiB, libc's, freed again
+SMALL = 1 << 15                  # float64 elements: 256 KiB
+
+
+def reuse(opts):
+    """Reuse speed with and without memory pressure: REUSE_ARRAYS arrays of
+    64 MiB made (np.ones writes every page), then freed, timed; between two
+    rounds, 256 MiB of 256 KiB arrays (libc's) made and freed.  A ballast
+    of 256 KiB arrays, held throughout, is sized from the cgroup's charge
+    at the start so that everything live stays 128 MiB under the limit
+    while the freed 256 MiB, kept too, would not fit: under the limit the
+    kernel must take back at least half of what an allocator keeps after a
+    free (a reuse cache refaults what it lost), without it nothing.  Run
+    with and without the limit, the ballast is the same."""
+    limit = int(os.environ["HPALLOC_BENCH_LIMIT"])
+    with open(os.environ["HPALLOC_BENCH_CGROUP_USAGE"]) as f:
+        usage = int(f.read())
+    ballast_bytes = limit - usage - CHURN_BYTES - REUSE_ARRAYS * REUSE_BYTES // 2
+    ballast = [np.ones(SMALL) for _ in range(max(ballast_bytes, 0) // (SMALL * F64))]
+    INFO["ballast"] = "%d MiB held, %d MiB charged at the start" % (ballast_bytes >> 20, usage >> 20)
+
+    def arrays():
+        held = [np.ones(REUSE_BYTES // F64) for _ in range(REUSE_ARRAYS)]
+        PEAK.sample()
+        del held
+
+    def churn():
+        small = [np.ones(SMALL) for _ in range(CHURN_BYTES // (SMALL * F64))]
+        PEAK.sample()
+        del small
+
+    for _ in range(opts.warmup):
+        arrays()
+        churn()
+    ms, faults = [], []
+    for _ in range(opts.reps + 2):
+        t, f = timed(arrays)
+        ms.append(t * 1e3)
+        faults.append(f)
+        churn()
+    assert len(ballast) == 0 or ballast[-1][-1] == 1.0
+    return {"ms": ms, "faults": faults}
+
+
 # ---- whole applications (issue 17) ---------------------------------------------
 # Each builds its data once, then times a whole step of a real library:
 # what users run, not an allocation loop.  opts.scale shrinks the data
@@ -445,6 +520,9 @@ WORKLOADS = {
     "threads": threads,
     "resize1G": resize,
     "allocpath": alloc_path,
+    "pressure": limit_repro,
+    "reuse": reuse,
+    "reuse-pressure": reuse,
     "groupby": app_groupby,
     "merge": app_merge,
     "kmeans": app_kmeans,

@@ -423,6 +423,9 @@ HP_HIDDEN void janitor_start(void);
 HP_HIDDEN void janitor_forbid(void);       /* hpctl: never a janitor */
 HP_HIDDEN bool janitor_running(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to release */
+/* A block entered the empty cache (cache_put, heap lock held): the
+ * cache_rss_max bound has something to look at again. */
+HP_HIDDEN void janitor_cache_filled(void);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
