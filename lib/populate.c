@@ -35,7 +35,7 @@
  * Thread rules:
  *   - Workers start with the first job (no thread before there is work):
  *     as many as the populate knob says, all signals blocked, named
- *     hpalloc-populate, hpalloc's own code throughout (hp_inside).  One that
+ *     hpalloc-ahead, hpalloc's own code throughout (hp_inside).  One that
  *     cannot be created is not tried again in this process (or fork
  *     generation); without any, no job is made and the program faults its
  *     pages itself, as without this file.  A kernel without
@@ -81,7 +81,7 @@
 #define POLL_MAX_US 16000
 #define SCAN_MAX 64                  /* sentinels looked at per check */
 #define AUTO_MAX 8
-#define NAME "hpalloc-populate"      /* at most 15 characters */
+#define NAME "hpalloc-ahead"         /* at most 15 characters */
 
 struct job {
 	bool used;       /* slot taken */
