@@ -83,9 +83,7 @@ static const struct harness_child_case children[] = {
 static void test_cancel_while_free_waits_for_worker(void **state)
 {
 	(void)state;
-	harness_need_thp();
-	if (!harness_is_root())
-		harness_skip_cap("root", "holding a worker needs userfaultfd for kernel faults (CAP_SYS_PTRACE)");
+	pop_hold_require();
 	harness_child_passes("cancel_in_forget");
 }
 

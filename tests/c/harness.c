@@ -933,6 +933,29 @@ size_t harness_check(const void *p, size_t n, uint64_t seed)
 	return SIZE_MAX;
 }
 
+#define FILL_PIECE ((size_t)2 << 20)
+
+void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		harness_fill((char *)p + off, len, seed + off);
+		if (pause_ms)
+			harness_sleep_ms(pause_ms);
+	}
+}
+
+size_t harness_check_filled(const void *p, size_t n, uint64_t seed)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		size_t bad = harness_check((const char *)p + off, len, seed + off);
+		if (bad != SIZE_MAX)
+			return off + bad;
+	}
+	return SIZE_MAX;
+}
+
 size_t harness_first_nonzero(const void *p, size_t n)
 {
 	const unsigned char *b = p;

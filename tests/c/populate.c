@@ -29,16 +29,6 @@ static struct harness_smaps smaps_of(const void *p, size_t len)
 	return sm;
 }
 
-/* A program filling [p, p + len) from its start, 2 MiB at a time with a
- * pause after each, as a loop that computes what it writes. */
-static void fill_slowly(char *p, size_t len, uint64_t seed)
-{
-	for (size_t off = 0; off < len; off += 2 * MiB) {
-		harness_fill(p + off, 2 * MiB, seed + off);
-		harness_sleep_ms(1);
-	}
-}
-
 /* Threads of this process named hpalloc-ahead. */
 static int populate_threads(void)
 {
@@ -71,9 +61,8 @@ static void test_sequential_fill_populated_ahead_on_huge_pages(void **state)
 	uint64_t saved = harness_stat(HP_STAT_POPULATE_SAVED_US);
 	char *p = hp_calloc(1, size);
 	assert_non_null(p);
-	fill_slowly(p, size, 1);
-	for (size_t off = 0; off < size; off += 2 * MiB)
-		assert_int_equal(harness_check(p + off, 2 * MiB, 1 + off), SIZE_MAX);
+	harness_fill_slowly(p, size, 1, 1);
+	assert_int_equal(harness_check_filled(p, size, 1), SIZE_MAX);
 	struct harness_smaps sm = smaps_of(p, size);
 	uint64_t by_workers = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) - ahead;
 	print_message("512 MiB filled: Rss %zu MiB, AnonHugePages %zu MiB; populated ahead %llu MiB, "
@@ -124,7 +113,7 @@ static void test_stops_where_program_stops(void **state)
 	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
 	char *p = hp_malloc(size);
 	assert_non_null(p);
-	fill_slowly(p, filled, 2);
+	harness_fill_slowly(p, filled, 2, 1);
 	harness_sleep_ms(1500);
 	struct harness_smaps sm = smaps_of(p, size);
 	print_message("filled %zu MiB of 1 GiB: Rss %zu MiB, populated ahead %llu MiB\n", filled >> 20,
@@ -161,7 +150,7 @@ static void test_no_thread_without_work(void **state)
 	knobs("off");
 	char *p = hp_malloc(256 * MiB);
 	assert_non_null(p);
-	fill_slowly(p, 64 * MiB, 3);
+	harness_fill_slowly(p, 64 * MiB, 3, 1);
 	hp_free(p);
 	assert_int_equal(populate_threads(), before);
 	knobs("2");
@@ -188,7 +177,7 @@ static void test_numa_policy_kept(void **state)
 	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
 	char *p = hp_malloc(size);
 	assert_non_null(p);
-	fill_slowly(p, size, 5);
+	harness_fill_slowly(p, size, 5, 1);
 	struct nu_entry e;
 	assert_int_equal(nu_entry_at(p, &e), 0);
 	print_message("numa_maps: %s, N0=%ld of %ld pages; populated ahead %llu MiB\n", e.policy, e.pages[0],

@@ -36,22 +36,10 @@ static int child_side(const char *parent_block)
 			"the child does not see the parent's data");
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "the child counts workers it has not got");
 	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
-	char *q = hp_malloc(CHILD_SIZE);
-	if (!q)
-		return check(false, "no block in the child");
-	for (size_t off = 0; off < CHILD_SIZE; off += 2 * MiB) { /* a program filling it */
-		harness_fill(q + off, 2 * MiB, 4);
-		harness_sleep_ms(2);
-	}
-	for (size_t off = 0; off < CHILD_SIZE; off += 2 * MiB)
-		if (harness_check(q + off, 2 * MiB, 4) != SIZE_MAX) {
-			bad |= check(false, "the child's block lost data");
-			break;
-		}
+	bad |= pop_fresh_block_whole(CHILD_SIZE, 4);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) >= 1, "the child started no worker of its own");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > ahead,
 		     "the child's workers populated nothing of its block");
-	hp_free(q);
 	return bad;
 }
 
@@ -83,10 +71,10 @@ static int child_fork_held(void)
 	alarm(0);
 	int bad = wait_child(pid);
 	pop_hold_workers(false);
-	harness_fill(p + POP_FILLED, SIZE - POP_FILLED, 5); /* the rest, as the program would */
+	harness_fill_slowly(p + POP_FILLED, SIZE - POP_FILLED, 5, 0); /* the rest, as the program would */
 	pop_hold_stop();
 	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's first data changed");
-	bad |= check(harness_check(p + POP_FILLED, SIZE - POP_FILLED, 5) == SIZE_MAX,
+	bad |= check(harness_check_filled(p + POP_FILLED, SIZE - POP_FILLED, 5) == SIZE_MAX,
 		     "the parent's block lost data");
 	hp_free(p);
 	return bad;
@@ -103,17 +91,16 @@ static int child_fork_races(void)
 		return check(false, "no block");
 	harness_fill(p, POP_FILLED, 1);
 	size_t off = POP_FILLED;
-	for (int i = 0; i < 20 && !bad; i++) {
-		for (size_t end = off + 8 * MiB; off < end; off += 2 * MiB)
-			harness_fill(p + off, 2 * MiB, 6); /* the workers keep ahead of this */
+	for (int i = 0; i < 20 && !bad; i++, off += 8 * MiB) {
+		harness_fill_slowly(p + off, 8 * MiB, 6 + i, 0); /* the workers keep ahead of this */
 		pid_t pid = fork();
 		if (pid == 0)
 			_exit(child_side(p));
 		bad |= wait_child(pid);
 	}
 	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's data changed");
-	for (size_t o = POP_FILLED; o < off; o += 2 * MiB)
-		if (harness_check(p + o, 2 * MiB, 6) != SIZE_MAX) {
+	for (int i = 0; i < 20; i++)
+		if (harness_check_filled(p + POP_FILLED + i * 8 * MiB, 8 * MiB, 6 + i) != SIZE_MAX) {
 			bad |= check(false, "the parent's block lost data");
 			break;
 		}
@@ -130,9 +117,7 @@ static const struct harness_child_case children[] = {
 static void test_fork_with_worker_inside(void **state)
 {
 	(void)state;
-	harness_need_thp();
-	if (!harness_is_root())
-		harness_skip_cap("root", "holding a worker needs userfaultfd for kernel faults (CAP_SYS_PTRACE)");
+	pop_hold_require();
 	harness_child_passes("fork_held");
 }
 

@@ -84,13 +84,10 @@ static int waits_for_worker(struct victim *v, const char *what)
 	return 0;
 }
 
-static void *free_it(void *p)
-{
-	hp_free(p);
-	return NULL;
-}
-
-static int child_free_waits(void)
+/* A worker held inside a fresh block, then v->call(block) on a thread of
+ * its own: it must wait until the worker is let go.  0, 1 (said why) or 77
+ * (no worker can be held here). */
+static int call_with_worker_inside(struct victim *v, const char *what)
 {
 	bool skip;
 	char why[256];
@@ -99,20 +96,28 @@ static int child_free_waits(void)
 		fprintf(stderr, "%s\n", why);
 		return skip ? 77 : 1;
 	}
-	static struct victim v = {.call = free_it};
-	v.arg = p;
-	int bad = waits_for_worker(&v, "hp_free");
+	v->arg = p;
+	int bad = waits_for_worker(v, what);
 	pop_hold_stop();
+	return bad;
+}
+
+static void *free_it(void *p)
+{
+	hp_free(p);
+	return NULL;
+}
+
+static int child_free_waits(void)
+{
+	static struct victim v = {.call = free_it};
+	int bad = call_with_worker_inside(&v, "hp_free");
+	if (bad == 77)
+		return bad;
+	char *p = v.arg;
 	bad |= check(harness_mapped(p, SIZE) == 0, "the freed block is still mapped (cache_max=0)");
 	bad |= nothing_faults_at(p, SIZE);
-	char *q = hp_malloc(SIZE); /* the workers serve the next block as ever */
-	bad |= check(q != NULL, "no block after the free");
-	if (q) {
-		harness_fill(q, SIZE, 2);
-		bad |= check(harness_check(q, SIZE, 2) == SIZE_MAX, "the next block lost data");
-		hp_free(q);
-	}
-	return bad;
+	return bad | pop_fresh_block_whole(SIZE, 2); /* the workers go on as ever */
 }
 
 static void *grow_it(void *p)
@@ -122,18 +127,11 @@ static void *grow_it(void *p)
 
 static int child_realloc_waits(void)
 {
-	bool skip;
-	char why[256];
-	char *p = pop_hold_block(SIZE, &skip, why, sizeof(why));
-	if (!p) {
-		fprintf(stderr, "%s\n", why);
-		return skip ? 77 : 1;
-	}
 	static struct victim v = {.call = grow_it};
-	v.arg = p;
-	int bad = waits_for_worker(&v, "hp_realloc");
-	pop_hold_stop();
-	char *q = v.result;
+	int bad = call_with_worker_inside(&v, "hp_realloc");
+	if (bad == 77)
+		return bad;
+	char *p = v.arg, *q = v.result;
 	bad |= check(q != NULL, "hp_realloc failed");
 	if (!q)
 		return 1;
@@ -160,10 +158,10 @@ static int child_free_races(void)
 		if (!p)
 			return check(false, "hp_malloc failed");
 		uint64_t before = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
-		harness_fill(p, 24 * MiB, 3); /* the workers start */
+		harness_fill_slowly(p, 24 * MiB, 3, 0); /* the workers start */
 		for (int i = 0; i < 200 && harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == before; i++)
 			harness_sleep_ms(1);
-		bad |= check(harness_check(p, 24 * MiB, 3) == SIZE_MAX, "the block lost data");
+		bad |= check(harness_check_filled(p, 24 * MiB, 3) == SIZE_MAX, "the block lost data");
 		hp_free(p); /* the workers are at it */
 		bad |= nothing_faults_at(p, SIZE);
 	}
@@ -180,26 +178,17 @@ static const struct harness_child_case children[] = {
 	{"free_races", child_free_races},
 };
 
-/* userfaultfd serving the kernel's faults (a worker's) needs CAP_SYS_PTRACE */
-static void need_root(void)
-{
-	if (!harness_is_root())
-		harness_skip_cap("root", "holding a worker needs userfaultfd for kernel faults (CAP_SYS_PTRACE)");
-}
-
 static void test_free_waits_for_worker_inside(void **state)
 {
 	(void)state;
-	harness_need_thp();
-	need_root();
+	pop_hold_require();
 	harness_child_passes("free_waits");
 }
 
 static void test_realloc_waits_for_worker_inside(void **state)
 {
 	(void)state;
-	harness_need_thp();
-	need_root();
+	pop_hold_require();
 	harness_child_passes("realloc_waits");
 }
 

@@ -7,6 +7,7 @@
  * pthread_create on every fresh block.  Each case in a fresh process. */
 #include "harness.h"
 #include "fault.h"
+#include "populate_util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,40 +30,15 @@ static void knobs(const char *populate)
 	hp_knob_set("populate", populate);
 }
 
-/* A program filling a fresh block from its start, slowly enough for
- * workers (if any) to get ahead; the block whole and on huge pages. */
-static int fill_and_check(uint64_t seed)
-{
-	char *p = hp_malloc(SIZE);
-	if (!p)
-		return check(false, "hp_malloc failed");
-	for (size_t off = 0; off < SIZE; off += 2 * MiB) {
-		harness_fill(p + off, 2 * MiB, seed);
-		harness_sleep_ms(1);
-	}
-	struct harness_smaps sm;
-	int bad = 0;
-	for (size_t off = 0; off < SIZE; off += 2 * MiB)
-		if (harness_check(p + off, 2 * MiB, seed) != SIZE_MAX) {
-			bad = check(false, "the block lost data");
-			break;
-		}
-	bad |= check(harness_smaps_range(p, SIZE, &sm) == 0, "smaps unreadable");
-	fprintf(stderr, "block: Rss %zu MiB, AnonHugePages %zu MiB\n", sm.rss >> 20, sm.anon_huge >> 20);
-	bad |= check(sm.anon_huge >= SIZE - 2 * MiB, "the block is not on huge pages");
-	hp_free(p);
-	return bad;
-}
-
 static int child_no_worker(void)
 {
 	knobs("2");
 	fault_pthread_create(EAGAIN);
-	int bad = fill_and_check(1);
+	int bad = pop_fresh_block_whole(SIZE, 1);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "populate_threads should be 0");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populated without a worker");
 	fault_pthread_create(0); /* threads may start again: not tried again */
-	bad |= fill_and_check(2);
+	bad |= pop_fresh_block_whole(SIZE, 2);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "a worker was tried again");
 	return bad;
 }
@@ -72,7 +48,7 @@ static int child_one_of_two(void)
 {
 	knobs("2");
 	fault_pthread_create_after(2, EAGAIN);
-	int bad = fill_and_check(3);
+	int bad = pop_fresh_block_whole(SIZE, 3);
 	fault_pthread_create(0);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 1, "populate_threads should be 1");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "the one worker populated nothing");

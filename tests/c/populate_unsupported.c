@@ -7,6 +7,7 @@
  * process. */
 #include "harness.h"
 #include "fault.h"
+#include "populate_util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,28 +26,6 @@ static int check(bool ok, const char *what)
 	return ok ? 0 : 1;
 }
 
-static int fill_and_check(uint64_t seed)
-{
-	char *p = hp_malloc(SIZE);
-	if (!p)
-		return check(false, "hp_malloc failed");
-	for (size_t off = 0; off < SIZE; off += 2 * MiB) {
-		harness_fill(p + off, 2 * MiB, seed);
-		harness_sleep_ms(1);
-	}
-	struct harness_smaps sm;
-	int bad = 0;
-	for (size_t off = 0; off < SIZE; off += 2 * MiB)
-		if (harness_check(p + off, 2 * MiB, seed) != SIZE_MAX) {
-			bad = check(false, "the block lost data");
-			break;
-		}
-	bad |= check(harness_smaps_range(p, SIZE, &sm) == 0, "smaps unreadable");
-	bad |= check(sm.anon_huge >= SIZE - 2 * MiB, "the block is not on huge pages");
-	hp_free(p);
-	return bad;
-}
-
 static void knobs(void)
 {
 	hp_knob_set("mode", "thp");
@@ -59,11 +38,11 @@ static int child_einval(void)
 {
 	knobs();
 	fault_madvise(MADV_POPULATE_WRITE, EINVAL);
-	int bad = fill_and_check(1);
+	int bad = pop_fresh_block_whole(SIZE, 1);
 	int tried = fault_madvise_refused();
 	fprintf(stderr, "MADV_POPULATE_WRITE refused %d times on the first block\n", tried);
 	bad |= check(tried == 1, "a worker should try once, then stop");
-	bad |= fill_and_check(2); /* populate is off now: no job at all */
+	bad |= pop_fresh_block_whole(SIZE, 2); /* populate is off now: no job at all */
 	bad |= check(fault_madvise_refused() == tried, "populate was tried again on a kernel without it");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
 	return bad;
@@ -73,10 +52,10 @@ static int child_enomem(void)
 {
 	knobs();
 	fault_madvise(MADV_POPULATE_WRITE, ENOMEM);
-	int bad = fill_and_check(3);
+	int bad = pop_fresh_block_whole(SIZE, 3);
 	int tried = fault_madvise_refused();
 	bad |= check(tried == 1, "a worker should try once, then end the job");
-	bad |= fill_and_check(4); /* a limit is no kernel's lack: tried again, ends again */
+	bad |= pop_fresh_block_whole(SIZE, 4); /* a limit is no kernel's lack: tried again, ends again */
 	bad |= check(fault_madvise_refused() == tried + 1, "the next block's job was not tried once");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
 	return bad;

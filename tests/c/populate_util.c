@@ -156,6 +156,36 @@ void pop_hold_stop(void)
 	uffd = -1;
 }
 
+void pop_hold_require(void)
+{
+	harness_need_thp();
+	if (!harness_is_root())
+		harness_skip_cap("root", "holding a worker needs userfaultfd for kernel faults (CAP_SYS_PTRACE)");
+}
+
+int pop_fresh_block_whole(size_t size, uint64_t seed)
+{
+	struct harness_smaps sm;
+	char *p = hp_malloc(size);
+	if (!p) {
+		fprintf(stderr, "FAIL: hp_malloc(%zu): %s\n", size, strerror(errno));
+		return 1;
+	}
+	harness_fill_slowly(p, size, seed, 1);
+	int bad = 0;
+	if (harness_check_filled(p, size, seed) != SIZE_MAX) {
+		fprintf(stderr, "FAIL: the block lost data\n");
+		bad = 1;
+	}
+	if (harness_smaps_range(p, size, &sm) != 0 || sm.anon_huge < size - (2 << 20)) {
+		fprintf(stderr, "FAIL: the block is not on huge pages (AnonHugePages %zu of %zu)\n",
+			sm.anon_huge, size);
+		bad = 1;
+	}
+	hp_free(p);
+	return bad;
+}
+
 char *pop_hold_block(size_t len, bool *skip, char *why, size_t why_len)
 {
 	*skip = false;

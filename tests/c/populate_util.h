@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Register [addr, addr + len) (one anonymous mapping) and start serving.
  * 0, or -1 with the reason in why. */
@@ -41,5 +42,14 @@ void pop_hold_stop(void);
  * reason in why, and *skip set when the machine cannot (no userfaultfd). */
 char *pop_hold_block(size_t len, bool *skip, char *why, size_t why_len);
 #define POP_FILLED (4 << 20) /* what pop_hold_block filled */
+/* In a case (cmocka): skip unless THP is on and a worker can be held
+ * (root: userfaultfd serving the kernel's faults needs CAP_SYS_PTRACE). */
+void pop_hold_require(void);
+
+/* A fresh block of size, filled by the program from its start
+ * (harness_fill_slowly, 1 ms pauses) so that workers, if any, get ahead;
+ * then checked: its data, and smaps says it is on huge pages.  Freed.  0,
+ * or 1 with what went wrong said on stderr. */
+int pop_fresh_block_whole(size_t size, uint64_t seed);
 
 #endif
