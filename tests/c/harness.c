@@ -514,6 +514,19 @@ uint64_t harness_stat(int stat)
 	return s.v[stat];
 }
 
+bool harness_stat_reaches(int stat, uint64_t value, unsigned ms)
+{
+	struct hp_stats s;
+	uint64_t end = harness_now_ms() + ms;
+
+	do {
+		if (hp_stats_get(&s) == 0 && s.v[stat] >= value)
+			return true;
+		harness_sleep_ms(1);
+	} while (harness_now_ms() < end);
+	return false;
+}
+
 /* ---- pools ------------------------------------------------------------------------ */
 bool harness_is_root(void)
 {

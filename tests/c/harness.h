@@ -116,6 +116,9 @@ void harness_knob(const char *name, const char *value);
  * drained. */
 void harness_reset(void);
 uint64_t harness_stat(int stat);
+/* Wait up to ms until counter stat is at least value (no cmocka: fork
+ * children and threads call it too); whether it got there. */
+bool harness_stat_reaches(int stat, uint64_t value, unsigned ms);
 
 /* ---- hugetlb pools ---------------------------------------------------------- */
 bool harness_is_root(void);

@@ -117,7 +117,7 @@ static int child_free_waits(void)
 	char *p = v.arg;
 	bad |= check(harness_mapped(p, SIZE) == 0, "the freed block is still mapped (cache_max=0)");
 	bad |= nothing_faults_at(p, SIZE);
-	return bad | pop_fresh_block_whole(SIZE, 2); /* the workers go on as ever */
+	return bad | pop_fresh_block_whole(SIZE, 2, pop_workers_populated); /* the workers go on as ever */
 }
 
 static void *grow_it(void *p)

@@ -34,11 +34,11 @@ static int child_no_worker(void)
 {
 	knobs("2");
 	fault_pthread_create(EAGAIN);
-	int bad = pop_fresh_block_whole(SIZE, 1);
+	int bad = pop_fresh_block_whole(SIZE, 1, NULL);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "populate_threads should be 0");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populated without a worker");
 	fault_pthread_create(0); /* threads may start again: not tried again */
-	bad |= pop_fresh_block_whole(SIZE, 2);
+	bad |= pop_fresh_block_whole(SIZE, 2, NULL);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "a worker was tried again");
 	return bad;
 }
@@ -48,7 +48,7 @@ static int child_one_of_two(void)
 {
 	knobs("2");
 	fault_pthread_create_after(2, EAGAIN);
-	int bad = pop_fresh_block_whole(SIZE, 3);
+	int bad = pop_fresh_block_whole(SIZE, 3, pop_workers_populated);
 	fault_pthread_create(0);
 	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 1, "populate_threads should be 1");
 	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "the one worker populated nothing");

@@ -163,17 +163,34 @@ void pop_hold_require(void)
 		harness_skip_cap("root", "holding a worker needs userfaultfd for kernel faults (CAP_SYS_PTRACE)");
 }
 
-int pop_fresh_block_whole(size_t size, uint64_t seed)
+static uint64_t ahead_before;
+
+bool pop_workers_populated(void)
+{
+	return harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead_before + 1, 10000);
+}
+
+int pop_fresh_block_whole(size_t size, uint64_t seed, bool (*meanwhile)(void))
 {
 	struct harness_smaps sm;
+	struct hp_stats st;
+	int bad = 0;
+	if (hp_stats_get(&st) != 0)
+		return 1;
+	ahead_before = st.v[HP_STAT_POPULATE_AHEAD_BYTES];
 	char *p = hp_malloc(size);
 	if (!p) {
 		fprintf(stderr, "FAIL: hp_malloc(%zu): %s\n", size, strerror(errno));
 		return 1;
 	}
-	harness_fill_slowly(p, size, seed, 1);
-	int bad = 0;
-	if (harness_check_filled(p, size, seed) != SIZE_MAX) {
+	harness_fill_slowly(p, POP_FILLED, seed, 0);
+	if (meanwhile && !meanwhile()) {
+		fprintf(stderr, "FAIL: what the workers were to do did not happen within 10 s\n");
+		bad = 1;
+	}
+	harness_fill_slowly(p + POP_FILLED, size - POP_FILLED, seed + 1, 1);
+	if (harness_check_filled(p, POP_FILLED, seed) != SIZE_MAX ||
+	    harness_check_filled(p + POP_FILLED, size - POP_FILLED, seed + 1) != SIZE_MAX) {
 		fprintf(stderr, "FAIL: the block lost data\n");
 		bad = 1;
 	}

@@ -47,9 +47,14 @@ char *pop_hold_block(size_t len, bool *skip, char *why, size_t why_len);
 void pop_hold_require(void);
 
 /* A fresh block of size, filled by the program from its start
- * (harness_fill_slowly, 1 ms pauses) so that workers, if any, get ahead;
- * then checked: its data, and smaps says it is on huge pages.  Freed.  0,
- * or 1 with what went wrong said on stderr. */
-int pop_fresh_block_whole(size_t size, uint64_t seed);
+ * (harness_fill_slowly, 1 ms pauses).  After its first 4 MiB -- the
+ * workers' cue -- the program waits for meanwhile() (if given) to say
+ * that what the case expects of them happened (it waits up to 10 s
+ * itself; false is a failure), so a case does not hang on who got a CPU
+ * first.  Then checked: its data, and smaps says it is on huge pages.
+ * Freed.  0, or 1 with what went wrong said on stderr. */
+int pop_fresh_block_whole(size_t size, uint64_t seed, bool (*meanwhile)(void));
+/* meanwhile() for the usual case: the workers populated some of it. */
+bool pop_workers_populated(void);
 
 #endif
