@@ -205,6 +205,50 @@ def zeros_touch(opts):
     return dict(warm_then_time(once, opts), cold_s=[cold_s], cold_faults=[cold_faults])
 
 
+def mapping_rss(a):
+    """(Rss, AnonHugePages) in bytes of the mappings holding array a's
+    memory (/proc/self/smaps): what the kernel committed for it, whoever's
+    allocator it is.  A mapping that also holds other memory (a peer's
+    arena) counts whole."""
+    lo = a.ctypes.data
+    hi = lo + a.nbytes
+    rss = huge = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start < hi and end > lo
+            elif inside and head == "Rss:":
+                rss += int(line.split()[1]) * 1024
+            elif inside and head == "AnonHugePages:":
+                huge += int(line.split()[1]) * 1024
+    return rss, huge
+
+
+def sparse_touch(opts):
+    """`np.zeros(8 GiB)` touched at 1 %: one element per 100 x 2 MiB (41
+    elements), then a pause in which workers that populate ahead would have
+    run on: the array's committed memory (smaps Rss) and the touch's time."""
+    n = opts.sparse_bytes // F64
+    step = 100 * 2 * MiB // F64
+    out = {"committed_mib": [], "anon_huge_mib": [], "s": [], "faults": []}
+    for _ in range(opts.reps):
+        a = np.zeros(n)
+        t, f = timed(lambda: a.__setitem__(slice(None, None, step), 1))
+        time.sleep(1.5)
+        rss, huge = mapping_rss(a)
+        PEAK.sample()
+        out["committed_mib"].append(rss / MiB)
+        out["anon_huge_mib"].append(huge / MiB)
+        out["s"].append(t)
+        out["faults"].append(f)
+        del a
+    INFO["sparse_touched_elements"] = len(range(0, n, step))
+    return out
+
+
 def gather(opts):
     """20 M random `take` from a (by default 4 GiB) float64 array: TLB-bound."""
     n = opts.gather_bytes // F64
@@ -516,6 +560,7 @@ WORKLOADS = {
     "temp1M": lambda o: temporaries(1 * MiB, o),
     "small": small,
     "zeros1G": zeros_touch,
+    "sparse8G": sparse_touch,
     "gather": gather,
     "threads": threads,
     "resize1G": resize,
@@ -542,7 +587,8 @@ def hpalloc_info():
     stats = HPALLOC.stats()
     knobs = {k: v["value"] for k, v in HPALLOC.config().items()}
     keep = ("thp_live_bytes", "hugetlb_live_bytes", "cache_hits", "cache_misses",
-            "fallbacks", "failures", "realloc_inplace", "realloc_copies")
+            "fallbacks", "failures", "realloc_inplace", "realloc_copies",
+            "populate_ahead_bytes", "populate_saved_us", "populate_threads")
     return {"knobs": knobs, "stats": {k: stats.get(k) for k in keep},
             "cache_max_bytes": HPALLOC.parse_size(knobs["cache_max"])}
 
@@ -564,6 +610,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--gather-bytes", type=int, default=4 * GiB)
+    p.add_argument("--sparse-bytes", type=int, default=8 * GiB)
     p.add_argument("--scale", type=float, default=1.0,
                    help="data of the application workloads, times this (quick mode)")
     opts = p.parse_args()
