@@ -205,6 +205,50 @@ def zeros_touch(opts):
     return dict(warm_then_time(once, opts), cold_s=[cold_s], cold_faults=[cold_faults])
 
 
+def mapping_rss(a):
+    """(Rss, AnonHugePages) in bytes of the mappings holding array a's
+    memory (/proc/self/smaps): what the kernel committed for it, whoever's
+    allocator it is.  A mapping that also holds other memory (a peer's
+    arena) counts whole."""
+    lo = a.ctypes.data
+    hi = lo + a.nbytes
+    rss = huge = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start < hi and end > lo
+            elif inside and head == "Rss:":
+                rss += int(line.split()[1]) * 1024
+            elif inside and head == "AnonHugePages:":
+                huge += int(line.split()[1]) * 1024
+    return rss, huge
+
+
+def sparse_touch(opts):
+    """`np.zeros(8 GiB)` touched at 1 %: one element per 100 x 2 MiB (41
+    elements), then a pause in which workers that populate ahead would have
+    run on: the array's committed memory (smaps Rss) and the touch's time."""
+    n = opts.sparse_bytes // F64
+    step = 100 * 2 * MiB // F64
+    out = {"committed_mib": [], "anon_huge_mib": [], "s": [], "faults": []}
+    for _ in range(opts.reps):
+        a = np.zeros(n)
+        t, f = timed(lambda: a.__setitem__(slice(None, None, step), 1))
+        time.sleep(1.5)
+        rss, huge = mapping_rss(a)
+        PEAK.sample()
+        out["committed_mib"].append(rss / MiB)
+        out["anon_huge_mib"].append(huge / MiB)
+        out["s"].append(t)
+        out["faults"].append(f)
+        del a
+    INFO["sparse_touched_elements"] = len(range(0, n, step))
+    return out
+
+
 def gather(opts):
     """20 M random `take` from a (by default 4 GiB) float64 array: TLB-bound."""
     n = opts.gather_bytes // F64
@@ -287,6 +331,81 @@ def alloc_path(opts):
         tiny_ns.append(timed(tiny)[0] / 200_000 * 1e9)
     PEAK.sample()
     return {"large_ns": big_ns, "small_ns": tiny_ns}
+
+
+# ---- under a memory limit (issue 25) ------------------------------------------
+# The harness runs these in a memory cgroup of their own (numpy_bench.py:
+# CGROUP_WORKLOADS), limited to LIMIT (HPALLOC_BENCH_LIMIT) for the
+# pressure rows and unlimited for `reuse`; it reads the cgroup's peak and
+# OOM kills itself (a killed process reports nothing).  A process learns
+# its cgroup's charge from HPALLOC_BENCH_CGROUP_USAGE, a file.
+
+def rss_bytes():
+    return status_bytes("VmRSS")
+
+
+def limit_repro(opts):
+    """Issue 25's reproduction: a 1 GiB array freed, then 1 GiB more in 4096
+    arrays of 256 KiB (below hpalloc's threshold: libc's).  Wall time of the
+    whole program; the resident memory the allocator kept after the free."""
+    t0, f0 = time.perf_counter(), minor_faults()
+    before = rss_bytes()
+    a = np.ones(1 << 27)
+    PEAK.sample()
+    del a
+    kept = max(rss_bytes() - before, 0)
+    small = [np.ones(1 << 15) for _ in range(4096)]
+    PEAK.sample()
+    t, faults = time.perf_counter() - t0, minor_faults() - f0
+    if small[-1][-1] != 1.0:  # the work really happened
+        sys.exit("limit_repro: wrong contents")
+    return {"s": [t], "faults": [faults], "kept_after_free_bytes": [kept]}
+
+
+REUSE_ARRAYS = 4                 # live at once: 4 distinct blocks to reuse
+REUSE_BYTES = 64 * MiB
+CHURN_BYTES = 256 * MiB          # 1024 arrays of 256 KiB, libc's, freed again
+SMALL = 1 << 15                  # float64 elements: 256 KiB
+
+
+def reuse(opts):
+    """Reuse speed with and without memory pressure: REUSE_ARRAYS arrays of
+    64 MiB made (np.ones writes every page), then freed, timed; between two
+    rounds, 256 MiB of 256 KiB arrays (libc's) made and freed.  A ballast
+    of 256 KiB arrays, held throughout, is sized from the cgroup's charge
+    at the start so that everything live stays 128 MiB under the limit
+    while the freed 256 MiB, kept too, would not fit: under the limit the
+    kernel must take back at least half of what an allocator keeps after a
+    free (a reuse cache refaults what it lost), without it nothing.  Run
+    with and without the limit, the ballast is the same."""
+    limit = int(os.environ["HPALLOC_BENCH_LIMIT"])
+    with open(os.environ["HPALLOC_BENCH_CGROUP_USAGE"]) as f:
+        usage = int(f.read())
+    ballast_bytes = limit - usage - CHURN_BYTES - REUSE_ARRAYS * REUSE_BYTES // 2
+    ballast = [np.ones(SMALL) for _ in range(max(ballast_bytes, 0) // (SMALL * F64))]
+    INFO["ballast"] = "%d MiB held, %d MiB charged at the start" % (ballast_bytes >> 20, usage >> 20)
+
+    def arrays():
+        held = [np.ones(REUSE_BYTES // F64) for _ in range(REUSE_ARRAYS)]
+        PEAK.sample()
+        del held
+
+    def churn():
+        small = [np.ones(SMALL) for _ in range(CHURN_BYTES // (SMALL * F64))]
+        PEAK.sample()
+        del small
+
+    for _ in range(opts.warmup):
+        arrays()
+        churn()
+    ms, faults = [], []
+    for _ in range(opts.reps + 2):
+        t, f = timed(arrays)
+        ms.append(t * 1e3)
+        faults.append(f)
+        churn()
+    assert len(ballast) == 0 or ballast[-1][-1] == 1.0
+    return {"ms": ms, "faults": faults}
 
 
 # ---- whole applications (issue 17) ---------------------------------------------
@@ -441,10 +560,14 @@ WORKLOADS = {
     "temp1M": lambda o: temporaries(1 * MiB, o),
     "small": small,
     "zeros1G": zeros_touch,
+    "sparse8G": sparse_touch,
     "gather": gather,
     "threads": threads,
     "resize1G": resize,
     "allocpath": alloc_path,
+    "pressure": limit_repro,
+    "reuse": reuse,
+    "reuse-pressure": reuse,
     "groupby": app_groupby,
     "merge": app_merge,
     "kmeans": app_kmeans,
@@ -464,7 +587,8 @@ def hpalloc_info():
     stats = HPALLOC.stats()
     knobs = {k: v["value"] for k, v in HPALLOC.config().items()}
     keep = ("thp_live_bytes", "hugetlb_live_bytes", "cache_hits", "cache_misses",
-            "fallbacks", "failures", "realloc_inplace", "realloc_copies")
+            "fallbacks", "failures", "realloc_inplace", "realloc_copies",
+            "populate_ahead_bytes", "populate_saved_us", "populate_threads")
     return {"knobs": knobs, "stats": {k: stats.get(k) for k in keep},
             "cache_max_bytes": HPALLOC.parse_size(knobs["cache_max"])}
 
@@ -486,6 +610,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--gather-bytes", type=int, default=4 * GiB)
+    p.add_argument("--sparse-bytes", type=int, default=8 * GiB)
     p.add_argument("--scale", type=float, default=1.0,
                    help="data of the application workloads, times this (quick mode)")
     opts = p.parse_args()

@@ -217,6 +217,10 @@ enum hp_stat {
 	HP_STAT_CACHE_JOINS,        /* cached pieces joined to serve a larger one */
 	HP_STAT_CACHED_RECLAIMABLE_BYTES, /* gauge: of cached_bytes, what the kernel may take
 					     back under memory pressure (MADV_FREE) */
+	HP_STAT_POPULATE_AHEAD_BYTES, /* faulted in by populate workers ahead of the program */
+	HP_STAT_POPULATE_SAVED_US,  /* estimate: the workers' time on chunks the program
+				       then went past (what its own faults would have cost) */
+	HP_STAT_POPULATE_THREADS,   /* gauge: populate workers running */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

@@ -214,6 +214,8 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	else
 		lru_oldest = b;
 	lru_newest = b;
+	if (!cached_bytes)
+		janitor_cache_filled();
 	cached_bytes += b->map.len;
 	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_add(HP_STAT_CACHED_BLOCKS, 1);

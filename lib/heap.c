@@ -205,6 +205,8 @@ void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 		return fail_enomem();
 	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
 		memset(b->map.addr, 0, size);
+	if (!cached)
+		populate_watch(&b->map); /* before anyone else can free it */
 	b->origin = origin_of(ctx);
 	HP_ERRNO_RESTORE;
 	return make_live(b);
@@ -313,6 +315,7 @@ void hp_free(void *ptr)
 	}
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
+	populate_forget(ptr); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
 	if (b && will_cache(b))
 		offer_to_kernel(b); /* still live: the caller's alone */
@@ -396,6 +399,7 @@ void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 	}
 	if (b->map.backend != HP_BACKEND_THP || forced(ctx))
 		return NULL;
+	populate_forget(b->map.addr); /* it may move */
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_find(b->map.addr, true);
 	pthread_mutex_unlock(&hp_heap_lock);

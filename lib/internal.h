@@ -34,6 +34,8 @@
  *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
  *   janitor.c  the background thread and its schedule: reaping, decay,
  *              control polling, stats publishing
+ *   populate.c  worker threads faulting fresh blocks in ahead of a program
+ *              touching them from their start (readahead-like)
  *   stats.c    counters
  *   smaps.c    what the kernel says (/proc/self/smaps)
  *   numa.c     NUMA placement: the numa knob's policies, the nodes there
@@ -106,11 +108,15 @@ enum hp_knob_id {
 	KNOB_VERBOSE,
 	KNOB_NUMA,
 	KNOB_CACHE_RSS_MAX,
+	KNOB_POPULATE,
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
 enum hp_fallback { FALLBACK_THP, FALLBACK_SMALL, FALLBACK_FAIL };
 /* pagesize knob value: 0 = auto, else bytes */
+/* populate knob value: 0 = off, 1..HP_POPULATE_MAX threads, or auto */
+#define HP_POPULATE_MAX 64
+#define HP_POPULATE_AUTO 0xffff
 
 /* Effective values, read lock-free on the allocation path. */
 struct hp_config {
@@ -124,6 +130,7 @@ struct hp_config {
 	_Atomic int verbose;
 	_Atomic uint64_t numa;  /* hp_numa_t */
 	_Atomic size_t cache_rss_max; /* 0: no bound */
+	_Atomic int populate;   /* threads, 0 off, HP_POPULATE_AUTO */
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
@@ -166,6 +173,23 @@ HP_HIDDEN void numa_format(hp_numa_t p, char *buf, size_t len);
 /* Pages of pagesize's pool that a block placed by p may draw on right now
  * (see numa.c for what "available" means per node); -1 unknown. */
 HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
+/* Where another thread's faults in a block must land so that its pages go
+ * where the allocating thread's own faults would put them (populate.c's
+ * workers; numa.c says when that takes anything). */
+#define HP_NUMA_MASK_WORDS (1024 / (8 * sizeof(unsigned long)))
+struct numa_origin {
+	bool follow;  /* the block's placement depends on who faults, on a machine of 2+ nodes */
+	int node;     /* the allocating thread's node then (-1 unknown) */
+	int mode;     /* its own policy (get_mempolicy), -1 unknown */
+	bool local;   /* the block's policy is local: the faulting CPU's node */
+	unsigned long nodes[HP_NUMA_MASK_WORDS];
+};
+/* In the allocating thread, for a block placed by p. */
+HP_HIDDEN void numa_origin_capture(hp_numa_t p, struct numa_origin *o);
+/* In the faulting thread, before it faults for o's block (NULL: for a block
+ * that needs nothing, where it drops what it took on before): 0, or -1 if
+ * it cannot fault there (then it must not fault at all). */
+HP_HIDDEN int numa_origin_follow(const struct numa_origin *o);
 
 /* ---- os.c ------------------------------------------------------------------ */
 /* A mapping hpalloc owns.  addr is aligned to the page size it asked for. */
@@ -480,6 +504,18 @@ HP_HIDDEN void janitor_start(void);
 HP_HIDDEN void janitor_forbid(void);       /* hpctl: never a janitor */
 HP_HIDDEN bool janitor_running(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to release */
+/* A block entered the empty cache (cache_put, heap lock held): the
+ * cache_rss_max bound has something to look at again. */
+HP_HIDDEN void janitor_cache_filled(void);
+
+/* ---- populate.c: fresh blocks faulted in ahead of the program (its first comment) -- */
+/* A fresh block m, still its allocating thread's alone (before it is
+ * published): watched, and populated ahead once the program is seen to
+ * touch it from its start. */
+HP_HIDDEN void populate_watch(const struct hp_map *m);
+/* The block at addr leaves the registry (freed, resized): its job ends,
+ * and this returns once no worker is inside it.  Cancellation disabled. */
+HP_HIDDEN void populate_forget(const void *addr);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
@@ -508,7 +544,7 @@ static inline void *fail_enomem(void)
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
  * control > publish > knobs > heap > shared > release > ring > janitor >
- * stats > registry.c's reg_lock, under which nothing is called), the parent
+ * populate > stats > registry.c's reg_lock, under which nothing is called), the parent
  * and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
@@ -527,6 +563,7 @@ HP_HIDDEN void shared_fork(int phase);
 HP_HIDDEN void release_fork(int phase);
 HP_HIDDEN void ring_fork(int phase);
 HP_HIDDEN void janitor_fork(int phase);
+HP_HIDDEN void populate_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
 HP_HIDDEN void control_fork(int phase);
 HP_HIDDEN void publish_fork(int phase);

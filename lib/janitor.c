@@ -73,31 +73,76 @@ static void wait_cond(uint64_t timeout_ms)
 	pthread_mutex_unlock(&wake_lock);
 }
 
-/* Soon again when a submit is to be retried or a gone ring still has
- * completions to hand back. */
-static uint64_t next_wait_ms(uint64_t deadline)
+/* cache_rss_max with nothing cached, the process under the bound, and no
+ * block cached since the last look: there is nothing to give back, so no
+ * reading of /proc/self/statm every RSS_TICK_MS -- the janitor waits its
+ * ordinary tick, and the block that fills the cache again wakes it
+ * (janitor_cache_filled).  rss_idle: it waits so; fills: blocks that
+ * found the cache empty (a program reusing one block fills it on every
+ * free: that keeps the janitor watching rather than woken each time). */
+static _Atomic bool rss_idle;
+static _Atomic uint64_t fills;
+
+void janitor_cache_filled(void)
 {
-	bool soon = ring_backlogged() || ring_collecting();
-	uint64_t now = hp_now_ms(), cap = soon ? BACKLOG_RETRY_MS : TICK_MS;
-	if (!soon && atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed))
-		cap = RSS_TICK_MS;
-	uint64_t wait = deadline > now ? deadline - now : 1;
-	return wait < cap ? wait : cap;
+	atomic_fetch_add_explicit(&fills, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst); /* the count, then rss_idle: see rss_quiet */
+	if (atomic_load_explicit(&rss_idle, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&rss_idle, false, memory_order_relaxed))
+		janitor_wake();
+}
+
+/* Whether the bound has nothing to look at (see rss_idle); the janitor's. */
+static bool rss_quiet(bool over)
+{
+	static uint64_t seen; /* fills at the last look */
+	uint64_t now = atomic_load_explicit(&fills, memory_order_relaxed);
+	bool quiet = !over && now == seen &&
+		     !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	seen = now;
+	if (!quiet)
+		return false;
+	atomic_store_explicit(&rss_idle, true, memory_order_relaxed);
+	/* a block cached after the load above either sees rss_idle and wakes
+	 * us, or its count is seen here */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&fills, memory_order_relaxed) == seen)
+		return true;
+	atomic_store_explicit(&rss_idle, false, memory_order_relaxed);
+	return false;
 }
 
 /* cache_rss_max: a process over it (resident memory, as Dask's memory
  * manager and the OOM killer see it) gets the excess back from the cache,
  * and the cache keeps nothing new until it is under again.  Read here, off
  * every lock and the allocation path; without a janitor there is no such
- * bound (nor live reload). */
-static void yield_over_rss(void)
+ * bound (nor live reload).  An unreadable statm (no /proc) reads as 0: no
+ * bound.  Returns whether to look again in RSS_TICK_MS. */
+static bool yield_over_rss(void)
 {
+	static bool over;
 	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
-	size_t rss = limit ? hp_self_rss() : 0;
-
-	cache_set_over_rss(rss > limit);
-	if (rss > limit)
+	if (!limit || rss_quiet(over)) {
+		over = false;
+		cache_set_over_rss(false);
+		return false;
+	}
+	size_t rss = hp_self_rss();
+	over = rss > limit;
+	cache_set_over_rss(over);
+	if (over)
 		heap_yield(rss - limit, false);
+	return true;
+}
+
+/* Soon again when a submit is to be retried or a gone ring still has
+ * completions to hand back; in RSS_TICK_MS when the rss bound watches. */
+static uint64_t next_wait_ms(uint64_t deadline, bool watch_rss)
+{
+	bool soon = ring_backlogged() || ring_collecting();
+	uint64_t now = hp_now_ms(), cap = soon ? BACKLOG_RETRY_MS : watch_rss ? RSS_TICK_MS : TICK_MS;
+	uint64_t wait = deadline > now ? deadline - now : 1;
+	return wait < cap ? wait : cap;
 }
 
 static void *janitor_main(void *arg)
@@ -114,10 +159,10 @@ static void *janitor_main(void *arg)
 		uint64_t deadline;
 		control_poll();
 		heap_expire(&deadline);
-		yield_over_rss();
+		bool watch_rss = yield_over_rss();
 		publish_update();
 		release_pump();
-		uint64_t wait = next_wait_ms(deadline);
+		uint64_t wait = next_wait_ms(deadline, watch_rss);
 		if (!ring_wait(wait)) /* nothing the kernel is working on */
 			wait_cond(wait);
 	}
@@ -181,5 +226,6 @@ void janitor_fork(int phase)
 	wake_pending = false;
 	atomic_store(&running, false);
 	atomic_store(&start_tried, false);
+	atomic_store(&rss_idle, false);
 	atomic_store(&hp_counters[HP_STAT_JANITOR_ACTIVE], 0);
 }

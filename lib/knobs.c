@@ -16,6 +16,9 @@
  *                   up to CACHE_DECAY_GROWTH times later while the program
  *                   keeps mapping fresh memory soon after a release (cache.c).
  *   numa=default    placement is the kernel's unless asked: no mbind, no work.
+ *   populate=auto   one worker per two CPUs the process may run on, at most
+ *                   8, none on one CPU: first touch of a fresh block at up
+ *                   to that many times one thread's rate (populate.c).
  */
 #include "internal.h"
 
@@ -52,11 +55,13 @@ static int parse_size_knob(const struct knob_desc *, const char *, uint64_t *, c
 static int parse_integer(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
 static int parse_pagesize(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
 static int parse_numa(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
+static int parse_populate(const struct knob_desc *, const char *, uint64_t *, char *, size_t);
 static void format_choice(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_size(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_integer(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_pagesize(const struct knob_desc *, uint64_t, char *, size_t);
 static void format_numa(const struct knob_desc *, uint64_t, char *, size_t);
+static void format_populate(const struct knob_desc *, uint64_t, char *, size_t);
 
 #define TIB ((uint64_t)1 << 40)
 
@@ -101,6 +106,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"while the process's resident memory (as ps and Dask's memory manager count it) exceeds this, the cache gives blocks back, oldest first, and keeps no new ones; 0 for no such bound (hpalloc.dask sets it to a worker's target fraction of its memory limit)",
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "0",
 		0, TIB, parse_size_knob, format_size},
+	[KNOB_POPULATE] = {"populate", "threads",
+		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
+		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
+		0, HP_POPULATE_MAX, parse_populate, format_populate},
 };
 
 struct layer {
@@ -285,6 +294,30 @@ static void format_numa(const struct knob_desc *k, uint64_t v, char *buf, size_t
 	numa_format(v, buf, len);
 }
 
+/* populate: "auto", "off", or a thread count (0 is off). */
+static int parse_populate(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
+{
+	if (strcmp(word, "auto") == 0) {
+		*out = HP_POPULATE_AUTO;
+		return 0;
+	}
+	if (strcmp(word, "off") == 0) {
+		*out = 0;
+		return 0;
+	}
+	return parse_integer(k, word, out, why, wl);
+}
+
+static void format_populate(const struct knob_desc *k, uint64_t v, char *buf, size_t len)
+{
+	if (v == HP_POPULATE_AUTO)
+		snprintf(buf, len, "auto");
+	else if (v == 0)
+		snprintf(buf, len, "off");
+	else
+		format_integer(k, v, buf, len);
+}
+
 /* ---- text in: one word, surrounding whitespace allowed (files end in \n) - */
 
 /* Trim into buf; -1 if empty, too long, or more than one word. */
@@ -387,6 +420,7 @@ static void store_effective(int knob, uint64_t v)
 	case KNOB_VERBOSE: atomic_store(&hp_cfg.verbose, (int)v); break;
 	case KNOB_NUMA: atomic_store(&hp_cfg.numa, v); break;
 	case KNOB_CACHE_RSS_MAX: atomic_store(&hp_cfg.cache_rss_max, (size_t)v); break;
+	case KNOB_POPULATE: atomic_store(&hp_cfg.populate, (int)v); break;
 	}
 }
 

@@ -39,6 +39,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -338,6 +339,109 @@ int numa_place(struct hp_map *m, hp_numa_t p)
 #else
 	(void)m;
 	errno = ENOSYS; /* numa_parse() refuses every other policy */
+	return -1;
+#endif
+}
+
+/* ---- faulting for another thread (populate.c) ------------------------------------------
+ * A block's pages go where its policy says, whoever faults them -- except
+ * under the two policies that ask who faults: default (the faulting
+ * thread's own policy, else its node) and local (its node).  A populate
+ * worker faulting such a block takes on, for the job, the allocating
+ * thread's policy (default and local become "preferred: its node", which
+ * is what they mean for that thread) and, for local, its node's CPUs.  On
+ * a machine of one node there is nothing to take on.  Where the origin
+ * cannot be known or taken on, the worker must not fault: the program's
+ * own faults place the pages right. */
+
+_Static_assert(HP_NUMA_MASK_WORDS * 8 * sizeof(unsigned long) == NODE_LIMIT, "one mask size");
+
+static bool several_nodes(void)
+{
+	return numa_node_next(numa_node_next(-1)) >= 0;
+}
+
+void numa_origin_capture(hp_numa_t p, struct numa_origin *o)
+{
+	int mode = numa_mode(p);
+
+	memset(o, 0, sizeof(*o));
+	o->node = o->mode = -1;
+	if (!several_nodes() || (mode != NUMA_DEFAULT && mode != NUMA_LOCAL))
+		return;
+	o->follow = true;
+	o->local = mode == NUMA_LOCAL;
+#ifdef HAVE_LIBNUMA
+	unsigned cpu, node;
+	HP_ERRNO_SAVE;
+	if (getcpu(&cpu, &node) == 0 && prim_thread_policy(&o->mode, o->nodes, NODE_LIMIT + 1) == 0)
+		o->node = (int)node;
+	else
+		o->mode = -1;
+	HP_ERRNO_RESTORE;
+#endif
+}
+
+/* The worker's own state: what it took on last (a thread's alone). */
+static __thread bool took_policy, took_cpus;
+static __thread cpu_set_t own_cpus;
+
+#ifdef HAVE_LIBNUMA
+/* The CPUs of node into set, from libnuma (which allocates: a worker's
+ * mallocs are libc's, hp_inside). */
+static int node_cpus(int node, cpu_set_t *set)
+{
+	struct bitmask *cpus = numa_allocate_cpumask();
+	int rc = cpus ? numa_node_to_cpus(node, cpus) : -1;
+
+	CPU_ZERO(set);
+	for (unsigned c = 0; rc == 0 && c < cpus->size && c < CPU_SETSIZE; c++)
+		if (numa_bitmask_isbitset(cpus, c))
+			CPU_SET(c, set);
+	if (cpus)
+		numa_free_cpumask(cpus);
+	return rc == 0 && CPU_COUNT(set) ? 0 : -1;
+}
+
+static int take_on(const struct numa_origin *o)
+{
+	unsigned long one[NODE_WORDS] = {0};
+	const unsigned long *nodes = o->nodes;
+	int mode = o->mode;
+	cpu_set_t set;
+
+	if (o->node < 0 || o->mode < 0)
+		return -1;
+	if (mode == MPOL_DEFAULT || mode == MPOL_LOCAL) {
+		bit_set(one, o->node);
+		nodes = one;
+		mode = MPOL_PREFERRED;
+	}
+	if (prim_set_thread_policy(mode, nodes, NODE_LIMIT + 1) < 0)
+		return -1;
+	took_policy = true;
+	if (!o->local)
+		return 0;
+	if (!took_cpus && sched_getaffinity(0, sizeof(own_cpus), &own_cpus) < 0)
+		return -1;
+	if (node_cpus(o->node, &set) < 0 || sched_setaffinity(0, sizeof(set), &set) < 0)
+		return -1;
+	took_cpus = true;
+	return 0;
+}
+#endif
+
+int numa_origin_follow(const struct numa_origin *o)
+{
+	if (took_policy && prim_set_thread_policy(0 /* MPOL_DEFAULT */, NULL, 0) == 0)
+		took_policy = false;
+	if (took_cpus && sched_setaffinity(0, sizeof(own_cpus), &own_cpus) == 0)
+		took_cpus = false;
+	if (!o || !o->follow)
+		return took_policy || took_cpus ? -1 : 0;
+#ifdef HAVE_LIBNUMA
+	return take_on(o);
+#else
 	return -1;
 #endif
 }

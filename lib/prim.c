@@ -1,6 +1,6 @@
 /* The only place that talks to the kernel about memory: every memory system
- * call of the library (mmap, munmap, mprotect, mremap, madvise, mbind,
- * memfd_create, ftruncate, the seals) and every read of the hugetlb and
+ * call of the library (mmap, munmap, mprotect, mremap, madvise, mincore,
+ * mbind, get/set_mempolicy, memfd_create, ftruncate, the seals) and every read of the hugetlb and
  * THP files of sysfs.  Modelled on mimalloc's "primitive" layer
  * (include/mimalloc/prim.h, src/prim/): the files that decide -- os.c
  * (private blocks), shared.c, numa.c, thp.c, and hpctl through private.h --
@@ -128,6 +128,37 @@ int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes, uns
 	errno = ENOSYS;
 	return -1;
 #endif
+}
+
+int prim_thread_policy(int *mode, unsigned long *nodes, unsigned long maxnode)
+{
+#ifdef HAVE_LIBNUMA
+	return (int)get_mempolicy(mode, nodes, maxnode, NULL, 0);
+#else
+	(void)mode, (void)nodes, (void)maxnode;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+int prim_set_thread_policy(int mode, const unsigned long *nodes, unsigned long maxnode)
+{
+#ifdef HAVE_LIBNUMA
+	return (int)set_mempolicy(mode, nodes, maxnode);
+#else
+	(void)mode, (void)nodes, (void)maxnode;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+int prim_resident(const void *addr)
+{
+	unsigned char v = 0;
+	void *page = (void *)((uintptr_t)addr & ~(uintptr_t)(HP_BASE_PAGE - 1));
+	if (mincore(page, 1, &v) < 0)
+		return -1;
+	return v & 1;
 }
 
 /* ---- memfds --------------------------------------------------------------------- */

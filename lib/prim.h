@@ -1,8 +1,9 @@
 /* prim.c: the only place in lib/ that talks to the kernel about memory --
- * every mmap, munmap, mprotect, mremap, madvise, mbind, memfd_create,
- * ftruncate and seal, and every read of the hugetlb and THP files of
- * sysfs.  Modelled on mimalloc's include/mimalloc/prim.h: os.c, shared.c,
- * numa.c and thp.c decide, prim.c carries out.  Rules (prim.c's first
+ * every mmap, munmap, mprotect, mremap, madvise, mincore, mbind,
+ * get/set_mempolicy, memfd_create, ftruncate and seal, and every read of
+ * the hugetlb and THP files of sysfs.  Modelled on mimalloc's
+ * include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c and populate.c
+ * decide, prim.c carries out.  Rules (prim.c's first
  * comment says why):
  *   - no policy: no page size, backend or fallback is chosen here;
  *   - no lock taken, no memory allocated (callers run inside interposers
@@ -40,6 +41,13 @@ HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags
 /* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
 HP_HIDDEN int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes,
 			 unsigned long maxnode);
+/* The calling thread's own policy: get_mempolicy(2) and set_mempolicy(2)
+ * (libnuma's wrappers); -1 + ENOSYS in a build without libnuma. */
+HP_HIDDEN int prim_thread_policy(int *mode, unsigned long *nodes, unsigned long maxnode);
+HP_HIDDEN int prim_set_thread_policy(int mode, const unsigned long *nodes, unsigned long maxnode);
+/* Whether the page at addr is resident (mincore(2) of one page): 1, 0, or
+ * -1 + errno. */
+HP_HIDDEN int prim_resident(const void *addr);
 
 /* ---- memfds --------------------------------------------------------------------- */
 /* A close-on-exec memfd named name of len bytes (hugetlb pages of pagesize,

@@ -1,7 +1,9 @@
 /* Giving blocks back to the kernel: who owns a block on its way out.
  *
  * A huge block has exactly one owner at every moment:
- *   live       the registry (registry.c): the application may touch it;
+ *   live       the registry (registry.c): the application may touch it,
+ *              and populate.c's workers until populate_forget(), which
+ *              whoever takes it out of the registry calls first;
  *   cached     cache.c, under hp_heap_lock: nobody touches its pages;
  *   releasing  this file, from release_adopt() -- called with hp_heap_lock
  *              held, at the very moment the block leaves the registry or

@@ -48,6 +48,9 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_CACHE_CUTS] = "cache_cuts",
 	[HP_STAT_CACHE_JOINS] = "cache_joins",
 	[HP_STAT_CACHED_RECLAIMABLE_BYTES] = "cached_reclaimable_bytes",
+	[HP_STAT_POPULATE_AHEAD_BYTES] = "populate_ahead_bytes",
+	[HP_STAT_POPULATE_SAVED_US] = "populate_saved_us",
+	[HP_STAT_POPULATE_THREADS] = "populate_threads",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -94,7 +94,7 @@ static void human_size(uint64_t bytes, char *buf, size_t len)
 
 /* What one line shows: the published counters a user looks at first. */
 struct row {
-	uint64_t hugetlb, thp, cached, hits, misses, fallbacks, failures;
+	uint64_t hugetlb, thp, cached, hits, misses, fallbacks, failures, ahead, saved_us;
 	uint64_t origin[HP_ORIGIN_COUNT], shared;
 };
 
@@ -118,6 +118,8 @@ static void row_of(const struct hp_proc *p, struct row *r)
 	r->misses = v[HP_STAT_CACHE_MISSES];
 	r->fallbacks = v[HP_STAT_FALLBACKS];
 	r->failures = v[HP_STAT_FAILURES];
+	r->ahead = v[HP_STAT_POPULATE_AHEAD_BYTES];
+	r->saved_us = v[HP_STAT_POPULATE_SAVED_US];
 	for (int o = 0; o < HP_ORIGIN_COUNT; o++)
 		r->origin[o] = v[origin_stat[o]];
 	r->shared = v[HP_STAT_SHARED_LIVE_BYTES];
@@ -132,6 +134,8 @@ static void row_add(struct row *sum, const struct row *r)
 	sum->misses += r->misses;
 	sum->fallbacks += r->fallbacks;
 	sum->failures += r->failures;
+	sum->ahead += r->ahead;
+	sum->saved_us += r->saved_us;
 	for (int o = 0; o < HP_ORIGIN_COUNT; o++)
 		sum->origin[o] += r->origin[o];
 	sum->shared += r->shared;
@@ -158,12 +162,25 @@ static void origins_text(const struct row *r, char *buf, size_t len)
 	}
 }
 
-#define TABLE_HEAD "%7s %-15s %7s %7s %7s %6s %9s %8s  %s\n"
+/* Microseconds as seconds, "0" for none: "0.25s", "12.5s". */
+static void human_seconds(uint64_t us, char *buf, size_t len)
+{
+	if (!us)
+		snprintf(buf, len, "0");
+	else if (us < 10000000)
+		snprintf(buf, len, "%.2fs", (double)us / 1e6);
+	else
+		snprintf(buf, len, "%.1fs", (double)us / 1e6);
+}
+
+#define TABLE_HEAD "%7s %-15s %7s %7s %7s %6s %9s %8s %7s %7s  %s\n"
 
 static void print_row(const char *pid, const char *comm, const struct row *r)
 {
-	char ht[16], thp[16], cached[16], hit[16], origins[160];
+	char ht[16], thp[16], cached[16], hit[16], ahead[16], saved[24], origins[160];
 
+	human_size(r->ahead, ahead, sizeof(ahead));
+	human_seconds(r->saved_us, saved, sizeof(saved));
 	human_size(r->hugetlb, ht, sizeof(ht));
 	human_size(r->thp, thp, sizeof(thp));
 	human_size(r->cached, cached, sizeof(cached));
@@ -173,9 +190,9 @@ static void print_row(const char *pid, const char *comm, const struct row *r)
 	else
 		snprintf(hit, sizeof(hit), "-");
 	origins_text(r, origins, sizeof(origins));
-	printf("%7s %-15.15s %7s %7s %7s %6s %9llu %8llu  %s\n", pid, comm, ht,
+	printf("%7s %-15.15s %7s %7s %7s %6s %9llu %8llu %7s %7s  %s\n", pid, comm, ht,
 	       thp, cached, hit, (unsigned long long)r->fallbacks,
-	       (unsigned long long)r->failures, origins);
+	       (unsigned long long)r->failures, ahead, saved, origins);
 }
 
 static uint64_t huge_bytes(const struct hp_proc *p)
@@ -203,7 +220,7 @@ static void print_table(struct hp_proc_list *l)
 	if (l->count > 1) /* procs is NULL when empty */
 		qsort(l->procs, l->count, sizeof(*l->procs), by_huge_bytes);
 	printf(TABLE_HEAD, "PID", "COMMAND", "HUGETLB", "THP", "CACHED", "HIT%",
-	       "FALLBACKS", "FAILURES", "ORIGINS");
+	       "FALLBACKS", "FAILURES", "AHEAD", "SAVED", "ORIGINS");
 	for (size_t i = 0; i < l->count; i++) {
 		row_of(&l->procs[i], &r);
 		row_add(&sum, &r);

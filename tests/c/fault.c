@@ -26,7 +26,8 @@ static _Atomic int init_err;
 static _Atomic unsigned ring_entries;
 static _Atomic int ring_inits;
 static _Atomic unsigned init_pause_ms;
-static _Atomic int pthread_err;
+static _Atomic int pthread_err, pthread_ok_left = -1;
+static _Atomic int madvise_advice = -1, madvise_err, madvise_refused;
 static _Atomic int register_err;
 
 void fault_submit(int err, int times)
@@ -89,6 +90,13 @@ void fault_ring_init_pause(unsigned ms)
 
 void fault_pthread_create(int err)
 {
+	atomic_store(&pthread_ok_left, -1);
+	atomic_store(&pthread_err, err);
+}
+
+void fault_pthread_create_after(int ok, int err)
+{
+	atomic_store(&pthread_ok_left, ok);
 	atomic_store(&pthread_err, err);
 }
 
@@ -165,11 +173,36 @@ int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *)
 	static create_fn real;
 	int err = atomic_load(&pthread_err);
 
-	if (err)
+	if (err && (atomic_load(&pthread_ok_left) < 0 || atomic_fetch_sub(&pthread_ok_left, 1) <= 0))
 		return err;
 	if (!real)
 		real = (create_fn)next("pthread_create");
 	return real(t, attr, fn, arg);
+}
+
+void fault_madvise(int advice, int err)
+{
+	atomic_store(&madvise_err, err);
+	atomic_store(&madvise_advice, err ? advice : -1);
+}
+
+int fault_madvise_refused(void)
+{
+	return atomic_load(&madvise_refused);
+}
+
+int madvise(void *addr, size_t len, int advice)
+{
+	static int (*real)(void *, size_t, int);
+
+	if (advice == atomic_load(&madvise_advice)) {
+		atomic_fetch_add(&madvise_refused, 1);
+		errno = atomic_load(&madvise_err);
+		return -1;
+	}
+	if (!real)
+		real = (int (*)(void *, size_t, int))next("madvise");
+	return real(addr, len, advice);
 }
 
 long fault_others_cpu_ms(void)

@@ -2,7 +2,7 @@
  * each such program.
  *
  * The program itself defines io_uring_submit, io_uring_queue_init,
- * io_uring_register_ring_fd and pthread_create: the executable comes first in symbol lookup, so
+ * io_uring_register_ring_fd, pthread_create and madvise: the executable comes first in symbol lookup, so
  * libhpalloc's calls land here (also under ASan, whose interceptors we
  * forward to via RTLD_NEXT).  Until armed, each forwards to the real one.
  * Counters are atomics: the janitor thread submits too.
@@ -32,6 +32,13 @@ int fault_ring_inits(void);
 void fault_ring_init_pause(unsigned ms);
 /* pthread_create returns err (0: real). */
 void fault_pthread_create(int err);
+/* pthread_create works ok more times, then returns err. */
+void fault_pthread_create_after(int ok, int err);
+/* madvise(2) with advice fails with err (0: real again), as a kernel that
+ * does not know the advice (EINVAL) or a memory limit (ENOMEM) refuses it;
+ * how many calls were refused so far. */
+void fault_madvise(int advice, int err);
+int fault_madvise_refused(void);
 /* io_uring_register_ring_fd returns -err (0: real): a kernel before 5.18,
  * where hpalloc's ring keeps its plain descriptor. */
 void fault_register_ring(int err);
@@ -52,6 +59,7 @@ long fault_thread_syscall(int tid);
 int fault_seccomp_no_io_uring(void);
 /* Same for any system call number (returning err). */
 int fault_seccomp_refuse(long nr, int err);
+
 /* Read / write a one-number sysctl file; -1 on error. */
 long fault_sysctl_read(const char *path);
 int fault_sysctl_write(const char *path, long value);

@@ -514,6 +514,19 @@ uint64_t harness_stat(int stat)
 	return s.v[stat];
 }
 
+bool harness_stat_reaches(int stat, uint64_t value, unsigned ms)
+{
+	struct hp_stats s;
+	uint64_t end = harness_now_ms() + ms;
+
+	do {
+		if (hp_stats_get(&s) == 0 && s.v[stat] >= value)
+			return true;
+		harness_sleep_ms(1);
+	} while (harness_now_ms() < end);
+	return false;
+}
+
 /* ---- pools ------------------------------------------------------------------------ */
 bool harness_is_root(void)
 {
@@ -930,6 +943,29 @@ size_t harness_check(const void *p, size_t n, uint64_t seed)
 	for (size_t off = words * 8; off < n; off++)
 		if (b[off] != pattern_byte(seed, off))
 			return off;
+	return SIZE_MAX;
+}
+
+#define FILL_PIECE ((size_t)2 << 20)
+
+void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		harness_fill((char *)p + off, len, seed + off);
+		if (pause_ms)
+			harness_sleep_ms(pause_ms);
+	}
+}
+
+size_t harness_check_filled(const void *p, size_t n, uint64_t seed)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		size_t bad = harness_check((const char *)p + off, len, seed + off);
+		if (bad != SIZE_MAX)
+			return off + bad;
+	}
 	return SIZE_MAX;
 }
 

@@ -116,6 +116,9 @@ void harness_knob(const char *name, const char *value);
  * drained. */
 void harness_reset(void);
 uint64_t harness_stat(int stat);
+/* Wait up to ms until counter stat is at least value (no cmocka: fork
+ * children and threads call it too); whether it got there. */
+bool harness_stat_reaches(int stat, uint64_t value, unsigned ms);
 
 /* ---- hugetlb pools ---------------------------------------------------------- */
 bool harness_is_root(void);
@@ -200,6 +203,12 @@ void harness_fill(void *p, size_t n, uint64_t seed);
 size_t harness_check(const void *p, size_t n, uint64_t seed);
 /* Index of the first non-zero byte, or SIZE_MAX. */
 size_t harness_first_nonzero(const void *p, size_t n);
+/* A program filling [p, p + n) from its start, as a loop computing what it
+ * writes: 2 MiB at a time (each piece harness_fill()ed with seed plus its
+ * offset), pause_ms after each.  harness_check_filled() checks such a fill
+ * back: the first bad offset, or SIZE_MAX. */
+void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms);
+size_t harness_check_filled(const void *p, size_t n, uint64_t seed);
 /* Write one byte in every 4 KiB page. */
 void harness_touch(void *p, size_t n);
 

@@ -47,6 +47,40 @@ static int close_ring_fd(bool need_one)
 	return first;
 }
 
+/* The janitor opens descriptors of its own for a moment now and then (the
+ * control directory, the stats entry, /proc/self/statm), so the freed
+ * number may be taken when the program opens its file: open again, keeping
+ * the extra descriptors until the number is the program's, then close them.
+ * open_one() returns a descriptor or -1; the one with the number, the last
+ * one opened after 32 tries, or -1. */
+static int open_at_number(int was, int (*open_one)(void *), void (*close_one)(void *, int), void *arg)
+{
+	int extra[32], n = 0, fd;
+	while ((fd = open_one(arg)) >= 0 && was >= 0 && fd != was && n < 32) {
+		extra[n++] = fd;
+		harness_sleep_ms(1);
+	}
+	while (n > 0)
+		close_one(arg, extra[--n]);
+	return fd;
+}
+
+static int open_file(void *arg)
+{
+	char path[] = "/tmp/hpalloc-reused.XXXXXX";
+	(void)arg;
+	int fd = mkstemp(path);
+	if (fd >= 0)
+		unlink(path);
+	return fd;
+}
+
+static void close_file(void *arg, int fd)
+{
+	(void)arg;
+	close(fd);
+}
+
 static bool same_file(int fd, const struct stat *want)
 {
 	struct stat st;
@@ -71,7 +105,7 @@ static int child_keeps(int fd, const struct stat *want)
 
 static int reuse_by_file(bool plain_fd)
 {
-	char path[] = "/tmp/hpalloc-reused.XXXXXX", back[64];
+	char back[64];
 	struct stat want;
 	int bad = 0;
 
@@ -83,10 +117,9 @@ static int reuse_by_file(bool plain_fd)
 	if (!a)
 		return 1;
 	int was = close_ring_fd(plain_fd);
-	int fd = mkstemp(path);
+	int fd = open_at_number(was, open_file, close_file, NULL);
 	if (fd < 0 || write(fd, CONTENT, strlen(CONTENT)) < 0 || fstat(fd, &want) != 0)
 		return 1;
-	unlink(path);
 	if (was >= 0 && fd != was) {
 		cancel_say("FAIL: the file got fd %d, not the ring's %d: the test did not test\n", fd, was);
 		return 1;
@@ -135,9 +168,31 @@ static int child_reused_by_file_plain_fd(void)
 
 /* Another io_uring of the program under the number, with an entry it has
  * prepared and published (SQ tail moved) but not submitted yet. */
+/* The rings open_at_number() opened, one per try. */
+struct rings {
+	struct io_uring ring[33];
+	int tries;
+};
+
+static int open_ring(void *arg)
+{
+	struct rings *r = arg;
+	if (io_uring_queue_init(8, &r->ring[r->tries], 0) != 0)
+		return -1;
+	return r->ring[r->tries++].ring_fd;
+}
+
+static void close_ring(void *arg, int fd)
+{
+	struct rings *r = arg;
+	for (int i = 0; i < r->tries; i++)
+		if (r->ring[i].ring_fd == fd)
+			io_uring_queue_exit(&r->ring[i]);
+}
+
 static int child_reused_by_ring(void)
 {
-	struct io_uring mine;
+	static struct rings rings;
 	int bad = 0;
 
 	if (ring_util_uring_or_skip())
@@ -146,17 +201,18 @@ static int child_reused_by_ring(void)
 	if (!a)
 		return 1;
 	int was = close_ring_fd(false);
-	if (io_uring_queue_init(8, &mine, 0) != 0)
+	if (open_at_number(was, open_ring, close_ring, &rings) < 0)
 		return 1;
-	if (was >= 0 && mine.ring_fd != was) {
-		cancel_say("FAIL: the program's ring got fd %d, not hpalloc's %d\n", mine.ring_fd, was);
+	struct io_uring *mine = &rings.ring[rings.tries - 1];
+	if (was >= 0 && mine->ring_fd != was) {
+		cancel_say("FAIL: the program's ring got fd %d, not hpalloc's %d\n", mine->ring_fd, was);
 		return 1;
 	}
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&mine);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(mine);
 	io_uring_prep_nop(sqe);
-	mine.sq.sqe_head = mine.sq.sqe_tail;
-	io_uring_smp_store_release(mine.sq.ktail, mine.sq.sqe_tail);
-	unsigned head = *mine.sq.khead;
+	mine->sq.sqe_head = mine->sq.sqe_tail;
+	io_uring_smp_store_release(mine->sq.ktail, mine->sq.sqe_tail);
+	unsigned head = *mine->sq.khead;
 	fault_submit(0, 0);
 	cancel_watchdog(20, "hp_malloc/hp_free with the ring's number reused by another ring");
 	for (int i = 0; i < 8; i++) {
@@ -165,10 +221,10 @@ static int child_reused_by_ring(void)
 		hp_free(b);
 	}
 	harness_sleep_ms(1000); /* the janitor's retries and waits (every 5 to 250 ms) */
-	if (*mine.sq.khead != head || io_uring_cq_ready(&mine) != 0) {
+	if (*mine->sq.khead != head || io_uring_cq_ready(mine) != 0) {
 		cancel_say("FAIL: hpalloc submitted the entries of the program's own io_uring "
-			   "(its head moved by %u, %u completions)\n", *mine.sq.khead - head,
-			   io_uring_cq_ready(&mine));
+			   "(its head moved by %u, %u completions)\n", *mine->sq.khead - head,
+			   io_uring_cq_ready(mine));
 		bad = 1;
 	}
 	cancel_watchdog(20, "hp_release_drain with the ring's number reused by another ring");
@@ -179,12 +235,12 @@ static int child_reused_by_ring(void)
 		bad = 1;
 	}
 	/* the program's entry was still there, for the program */
-	if (!bad && (io_uring_enter((unsigned)mine.ring_fd, 1, 1, IORING_ENTER_GETEVENTS, NULL) != 1 ||
-		     io_uring_cq_ready(&mine) != 1)) {
+	if (!bad && (io_uring_enter((unsigned)mine->ring_fd, 1, 1, IORING_ENTER_GETEVENTS, NULL) != 1 ||
+		     io_uring_cq_ready(mine) != 1)) {
 		cancel_say("FAIL: the program's own submit did not find its entry\n");
 		bad = 1;
 	}
-	io_uring_queue_exit(&mine);
+	io_uring_queue_exit(mine);
 	return bad;
 }
 

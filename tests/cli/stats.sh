@@ -29,6 +29,28 @@ except Exception:
     print(-1)'
 }
 
+# ahead_saved_of PID: populate_ahead_bytes and populate_saved_us as published,
+# written as the table writes them (binary units with one decimal; seconds).
+ahead_saved_of() {
+	"$HPCTL" --json stats "$1" 2>/dev/null | python3 -c '
+import json, sys
+(p,) = json.load(sys.stdin)
+b, us = p["stats"]["populate_ahead_bytes"], p["stats"]["populate_saved_us"]
+if b < 1024:
+    ahead = str(b)
+else:
+    v, u = float(b), -1
+    while v >= 1024 and u < 5:
+        v /= 1024
+        u += 1
+    if v >= 1023.95 and u < 5:
+        v /= 1024
+        u += 1
+    ahead = "%.1f%s" % (v, "KMGTPE"[u])
+saved = "0" if not us else ("%.2fs" % (us / 1e6) if us < 10000000 else "%.1fs" % (us / 1e6))
+print(ahead, saved)'
+}
+
 # published PID BYTES: wait (5 s) until the process published that much.
 published() {
 	local i
@@ -74,7 +96,7 @@ ok
 expect 0 "$HPCTL" stats
 printf '%s\n' "$out" >"$tmp/table"
 header=$(sed -n 1p "$tmp/table")
-[ "$(echo $header)" = "PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES ORIGINS" ] ||
+[ "$(echo $header)" = "PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES AHEAD SAVED ORIGINS" ] ||
 	fail "header: $header"
 ok
 [ "$(wc -l <"$tmp/table")" = 4 ] || fail "2 rows + header + total expected: $out"
@@ -83,7 +105,7 @@ ok
 order=$(awk 'NR > 1 && $1 != "total" { printf "%s ", $1 }' "$tmp/table")
 [ "$order" = "$big $small " ] || fail "order by huge bytes: got '$order', want '$big $small': $out"
 ok
-# row PID: its fields (PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES ORIGINS...)
+# row PID: its fields (PID COMMAND HUGETLB THP CACHED HIT% FALLBACKS FAILURES AHEAD SAVED ORIGINS...)
 row() { awk -v p="$1" '$1 == p' "$tmp/table"; }
 set -- $(row "$big")
 [ "$2" = holder ] || fail "command of $big: $2"
@@ -92,12 +114,14 @@ case "$3/$4" in 64.0M/0|0/64.0M) ok ;; *) fail "huge bytes of $big: hugetlb $3 t
 # one hit of three huge allocations (holder: SIZE, then twice SIZE freed)
 [ "$6" = 33.3 ] || fail "hit rate of $big: $6"
 [ "$7/$8" = 0/0 ] || fail "fallbacks/failures of $big: $7/$8"
-[ "$9" = api=64.0M ] || fail "origins of $big: ${*:9}"
+# what its populate workers did, as it published it (--json: raw numbers)
+[ "$9 ${10}" = "$(ahead_saved_of "$big")" ] || fail "ahead/saved of $big: $9 ${10}, published $(ahead_saved_of "$big")"
+[ "${11}" = api=64.0M ] || fail "origins of $big: ${*:11}"
 ok
 set -- $(awk '$1 == "total"' "$tmp/table")
 [ "$2 $3" = "2 processes" ] || fail "total line: $*"
 case "$4/$5" in 72.0M/0|0/72.0M|64.0M/8.0M|8.0M/64.0M) ok ;; *) fail "total huge bytes: $*" ;; esac
-[ "$8/$9" = 0/0 ] && [ "${10}" = api=72.0M ] || fail "total line: $*"
+[ "$8/$9" = 0/0 ] && [ "${12}" = api=72.0M ] || fail "total line: $*"
 ok
 
 # --long: every counter and knob; --json: the same, raw

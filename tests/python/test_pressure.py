@@ -20,16 +20,14 @@ cgroup is removed also on failure (and one a killed run left behind, by the
 next run)."""
 
 import os
-import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from conftest import python_env
+from hp_memcg import MemCgroup, Unavailable
 from hp_memory import CHILD
 from hp_pytest_automake import skip
 
@@ -85,124 +83,13 @@ def program(activate="", fork=False):
             .replace("DECAY_MS", DECAY_MS))
 
 
-# ---- a memory cgroup ---------------------------------------------------------------
-def cgroup2_root():
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            if fstype == "cgroup2":
-                return mnt.replace("\\040", " ")
-    return None
-
-
-def read(path):
-    with open(path) as f:
-        return f.read()
-
-
-def remove_stale(parent):
-    """Cgroups of earlier runs killed outright (their pid is gone)."""
-    for name in os.listdir(parent):
-        m = re.fullmatch(re.escape(PREFIX) + r"(\d+)-\d+", name)
-        if not m:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        try:
-            os.rmdir(os.path.join(parent, name))
-        except OSError:
-            pass
-
-
-class MemCgroup:
-    seq = 0
-
-    def __init__(self, version):
-        if os.geteuid() != 0:
-            skip("root", "making a memory cgroup needs root (CI runs as root)")
-        self.version = version
-        if version == 1:
-            parent = "/sys/fs/cgroup/memory"
-            if not os.path.exists(parent + "/memory.limit_in_bytes"):
-                skip("memcg", "cgroup v1: no memory hierarchy at %s" % parent)
-        else:
-            parent = cgroup2_root()
-            if parent is None:
-                skip("memcg", "cgroup v2: no cgroup2 file system is mounted")
-            controllers = read(parent + "/cgroup.controllers").split()
-            if "memory" not in controllers:
-                bound = " (the memory controller is bound to cgroup v1 here)" \
-                    if os.path.isdir("/sys/fs/cgroup/memory") else ""
-                skip("memcg", "cgroup v2 at %s has no memory controller (its controllers: %s)%s"
-                     % (parent, " ".join(controllers) or "none", bound))
-            if "memory" not in read(parent + "/cgroup.subtree_control").split():
-                skip("memcg", "cgroup v2: the memory controller is not enabled in %s/cgroup.subtree_control "
-                     "(not changed by this test)" % parent)
-        remove_stale(parent)
-        MemCgroup.seq += 1
-        self.path = os.path.join(parent, "%s%d-%d" % (PREFIX, os.getpid(), MemCgroup.seq))
-        os.mkdir(self.path)
-        try:
-            if version == 1:
-                self.write("memory.limit_in_bytes", LIMIT)
-            else:
-                self.write("memory.max", LIMIT)
-                if os.path.exists(self.path + "/memory.swap.max"):
-                    self.write("memory.swap.max", 0)
-        except OSError:
-            self.remove()
-            raise
-
-    def write(self, name, value):
-        with open(os.path.join(self.path, name), "w") as f:
-            f.write(str(value))
-
-    def oom_kills(self):
-        name = "memory.oom_control" if self.version == 1 else "memory.events"
-        for line in read(os.path.join(self.path, name)).splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
-
-    def peak(self):
-        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
-        try:
-            return int(read(os.path.join(self.path, name)))
-        except (OSError, ValueError):
-            return -1
-
-    def run(self, argv, env):
-        procs = os.path.join(self.path, "cgroup.procs")
-
-        def join():
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-        return subprocess.run(argv, env=env, preexec_fn=join, capture_output=True, text=True,
-                              timeout=300)
-
-    def remove(self):
-        deadline = time.time() + 20
-        while os.path.isdir(self.path):
-            try:
-                for pid in read(os.path.join(self.path, "cgroup.procs")).split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                os.rmdir(self.path)
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
-
-
+# ---- a memory cgroup (hp_memcg makes, measures and removes it) ------------------------
 @pytest.fixture(params=[1, 2], ids=["v1", "v2"])
 def memcg(request):
-    cg = MemCgroup(request.param)
+    try:
+        cg = MemCgroup(PREFIX, limit=LIMIT, version=request.param)
+    except Unavailable as e:
+        skip(e.capability, str(e))
     try:
         yield cg
     finally:
@@ -212,7 +99,8 @@ def memcg(request):
 def survives(cg, argv, env):
     """Run argv in cg: exit 0, "survived", no OOM kill in the cgroup."""
     kills = cg.oom_kills()
-    proc = cg.run(argv, env)
+    proc = subprocess.run(argv, env=env, preexec_fn=cg.join, capture_output=True, text=True,
+                          timeout=300)
     kills = cg.oom_kills() - kills
     command = " ".join("PROGRAM" if "\n" in a else a for a in argv)
     report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n  stdout: %s\n  stderr: %s"

@@ -60,6 +60,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import hp_memcg  # noqa: E402  (the one maker of memory cgroups)
 import hp_memory  # noqa: E402  (the tests' one reader of smaps)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -130,11 +131,9 @@ class Machine:
 
     def __init__(self):
         self.pools = {}         # path -> original nr_hugepages
-        self.cgroup = None      # directory
-        self.cgroup_version = None
+        self.cgroup = None      # hp_memcg.MemCgroup
         self.control = None     # private control directory
         self.scratch = None
-        self.watchdog = None
 
     # hugetlb pools: `extra` more pages than now; returns how many were had
     def reserve(self, size_kb, extra):
@@ -150,82 +149,22 @@ class Machine:
         return max(0, (read_int(path) or before) - before)
 
     def make_cgroup(self, limit):
-        name = CGROUP_PREFIX + str(os.getpid())
-        v2 = "/sys/fs/cgroup/cgroup.controllers"
-        if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-            self.cgroup_version = 1
-            self.cgroup = "/sys/fs/cgroup/memory/" + name
-        elif os.path.exists(v2) and "memory" in open(v2).read().split():
-            sub = open("/sys/fs/cgroup/cgroup.subtree_control").read().split()
-            if "memory" not in sub:
-                raise Abort("cgroup v2: the memory controller is not enabled in "
-                            "/sys/fs/cgroup/cgroup.subtree_control (not changed by this run)")
-            self.cgroup_version = 2
-            self.cgroup = "/sys/fs/cgroup/" + name
-        else:
-            raise Abort("no cgroup memory controller (v1 /sys/fs/cgroup/memory or v2 /sys/fs/cgroup)")
-        remove_stale_cgroups(os.path.dirname(self.cgroup))
-        os.mkdir(self.cgroup)
-        self.watchdog = start_watchdog(self.cgroup, self.scratch)
-        if self.cgroup_version == 1:
-            write_str(self.cgroup + "/memory.limit_in_bytes", limit)
-        else:
-            write_str(self.cgroup + "/memory.max", limit)
-            if os.path.exists(self.cgroup + "/memory.swap.max"):
-                write_str(self.cgroup + "/memory.swap.max", 0)
-
-    def cgroup_file(self, v1, v2):
-        return self.cgroup + "/" + (v1 if self.cgroup_version == 1 else v2)
-
-    def oom_kills(self):
-        path = self.cgroup_file("memory.oom_control", "memory.events")
         try:
-            for line in open(path):
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-        except OSError:
-            pass
-        return 0
-
-    def peak(self):
-        return read_int(self.cgroup_file("memory.max_usage_in_bytes", "memory.peak"), 0)
-
-    def failcnt(self):
-        if self.cgroup_version == 1:
-            return read_int(self.cgroup + "/memory.failcnt", 0)
-        for line in open(self.cgroup + "/memory.events"):
-            if line.startswith("max "):
-                return int(line.split()[1])
-        return 0
-
-    def cgroup_pids(self):
-        try:
-            return [int(x) for x in open(self.cgroup + "/cgroup.procs").read().split()]
-        except OSError:
-            return []
+            self.cgroup = hp_memcg.MemCgroup(CGROUP_PREFIX, limit=limit, watchdog=True,
+                                             also_remove=[self.scratch])
+        except hp_memcg.Unavailable as e:
+            raise Abort(str(e))
+        for line in self.cgroup.stale:
+            say(line)
 
     def restore(self):
         ok = True
-        if self.cgroup and os.path.isdir(self.cgroup):
-            deadline = time.time() + 10
-            while self.cgroup_pids() and time.time() < deadline:
-                for pid in self.cgroup_pids():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                time.sleep(0.05)
-            while True:
-                try:
-                    os.rmdir(self.cgroup)
-                    break
-                except OSError as e:
-                    if time.time() > deadline:
-                        say("could not remove cgroup %s: %s" % (self.cgroup, e))
-                        ok = False
-                        break
-                    time.sleep(0.1)
+        if self.cgroup:
+            try:
+                self.cgroup.remove(timeout=10)
+            except OSError as e:
+                say("could not remove cgroup %s: %s" % (self.cgroup.path, e))
+                ok = False
         for path, value in self.pools.items():
             for _ in range(50):  # pages a dying process held come back shortly
                 try:
@@ -244,50 +183,9 @@ class Machine:
         return ok
 
 
-# A driver killed outright (tests/run-test kills its process group 0.2 s after
-# SIGTERM) cannot remove its cgroup: a watchdog in a session of its own does it
-# when the driver's end of a pipe closes, and the next run removes what is left
-# by a watchdog killed too (the pid in the name is gone and nothing is in it).
+# The cgroup's prefix: hp_memcg names it PREFIX<pid>-<n>, and its watchdog
+# removes it (and the scratch directory) if this driver is killed outright.
 CGROUP_PREFIX = "hpalloc-soak-"
-WATCHDOG = r"""
-import os, shutil, signal, sys, time
-cg, scratch = sys.argv[1], sys.argv[2]
-sys.stdin.buffer.read()  # until the driver is gone
-deadline = time.time() + 30
-while os.path.isdir(cg) and time.time() < deadline:
-    try:
-        for pid in open(cg + "/cgroup.procs").read().split():
-            os.kill(int(pid), signal.SIGKILL)
-        os.rmdir(cg)
-    except OSError:
-        time.sleep(0.1)
-shutil.rmtree(scratch, ignore_errors=True)
-"""
-
-
-def start_watchdog(cgroup, scratch):
-    """The watchdog; keep what this returns for as long as the driver runs (its stdin is the
-    pipe whose closing wakes the watchdog: no child of ours inherits it, close_fds)."""
-    return subprocess.Popen([sys.executable, "-c", WATCHDOG, cgroup, scratch], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def remove_stale_cgroups(parent):
-    for name in os.listdir(parent):
-        if not name.startswith(CGROUP_PREFIX):
-            continue
-        try:
-            os.kill(int(name[len(CGROUP_PREFIX):]), 0)
-            continue  # its driver lives
-        except ProcessLookupError:
-            pass
-        except (ValueError, OSError):
-            continue
-        try:
-            os.rmdir(os.path.join(parent, name))
-            say("removed %s/%s, left by a soak killed outright" % (parent, name))
-        except OSError as e:
-            say("a stale %s/%s could not be removed: %s" % (parent, name, e))
 
 
 # ---- /proc/PID/smaps (tests/python/hp_memory.py reads it) -------------------------------
@@ -357,14 +255,9 @@ class Workload:
         self.list = os.path.join(machine.scratch, name + ".blocks")
         self.errlog = os.path.join(machine.scratch, name + ".stderr")
         self.err = open(self.errlog, "w")
-        cg = os.path.join(machine.cgroup, "cgroup.procs")
-
-        def join_cgroup():
-            with open(cg, "w") as f:
-                f.write(str(os.getpid()))
         self.proc = subprocess.Popen(argv + ["--list", self.list], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, env=env,
-                                     preexec_fn=join_cgroup)
+                                     preexec_fn=machine.cgroup.join)
         self.pid = self.proc.pid
         self.buf = b""
         self.summary = {}
@@ -641,7 +534,8 @@ class Soak:
         for w in self.workloads:
             if not w.alive():
                 raise Abort("%s died: %s\n%s" % (w.name, w.status(), w.stderr_tail()))
-        self.expect(None, self.m.oom_kills() == 0, "the memory cgroup OOM-killed %d processes" % self.m.oom_kills())
+        self.expect(None, self.m.cgroup.oom_kills() == 0,
+                    "the memory cgroup OOM-killed %d processes" % self.m.cgroup.oom_kills())
 
     # -- the cycle --
     def all(self, cmd, want, timeout=PARK_TIMEOUT):
@@ -849,7 +743,7 @@ def main():
         budgets = [args.budget] + ([args.plain_budget] if plain else [])
         limit = memory_limit(budgets, sanitized)
         m.make_cgroup(limit)
-        say("memory cgroup v%d %s, limit %s" % (m.cgroup_version, m.cgroup, human(limit)))
+        say("memory cgroup v%d %s, limit %s" % (m.cgroup.version, m.cgroup.path, human(limit)))
         soak = Soak(args, m)
         soak.canonical_values()
         soak.set_knobs(initial=True)
@@ -908,9 +802,9 @@ def main():
             if w.alive():
                 w.proc.kill()
                 w.proc.wait()
-        peak = m.peak() if m.cgroup else 0
-        failcnt = m.failcnt() if m.cgroup else 0
-        oom = m.oom_kills() if m.cgroup else 0
+        peak = m.cgroup.peak() if m.cgroup else 0
+        failcnt = m.cgroup.limit_hits() if m.cgroup else 0
+        oom = m.cgroup.oom_kills() if m.cgroup else 0
         if soak:
             report(soak, m, peak, failcnt, oom)
         if not m.restore():
@@ -943,7 +837,7 @@ def report(soak, m, peak, failcnt, oom):
     print("  in flight       largest releasing window seen: %s" %
           ", ".join("%s %s" % (k, human(v)) for k, v in soak.max_releasing.items()))
     print("  memory cgroup   v%s, peak %s, limit hit %d times, OOM kills %d" %
-          (m.cgroup_version, human(peak), failcnt, oom))
+          (m.cgroup.version if m.cgroup else "-", human(peak), failcnt, oom))
     if soak.resv_below_zero:
         print("  kernel          the 2 MiB reserve count was below zero at %d checks (lowest %d): the "
               "kernel bug above, not counted as a violation" % (soak.resv_below_zero, soak.resv_min))

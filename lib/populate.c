@@ -1,0 +1,548 @@
+/* Populate ahead: worker threads fault in a fresh huge block ahead of a
+ * program that touches it from its start -- readahead, for the first touch
+ * of anonymous memory.
+ *
+ * Why.  The first touch of a fresh block is the kernel zeroing every page
+ * (and, in a VM whose free pages were handed back to the host, the host
+ * backing them again): one thread does it at one thread's rate, however
+ * many cores sit idle -- 1 GiB of 2 MiB pages in 0.3-1.5 s on this
+ * project's 2-core VM, 12.3 GB/s per thread on bare metal (the kernel's
+ * `perf bench mem mmap`), while memory bandwidth takes several times that.
+ * QEMU's prealloc-threads fault guest memory in that way.  docs/benchmarks.md
+ * gives the figures measured for this design: 4 KiB first faults and a
+ * later MADV_COLLAPSE cost more in all than 2 MiB faults (the collapse
+ * faults its huge pages afresh and copies), so blocks stay on huge pages
+ * and the work is spread instead.
+ *
+ * What is populated -- never memory the program does not touch:
+ *   - A fresh block of at least POP_MIN_BLOCK gets a job before heap.c
+ *     makes it live.  Nothing is faulted until the program shows that it
+ *     touches the block from its start: chunks 0 and 1 resident (mincore).
+ *     A block touched sparsely, from elsewhere or not at all is never
+ *     populated; its job is dropped after POP_IDLE_MS without progress.
+ *   - The block is cut in chunks (2 MiB, or its hugetlb page size) and the
+ *     chunks in groups of GROUP.  The first chunk of each group, its
+ *     sentinel, is left to the program: once it is resident the program
+ *     has come that far (readahead's PG_readahead marker).  Workers fault
+ *     the other chunks (MADV_POPULATE_WRITE) of at most `ahead` groups
+ *     beyond the last sentinel reached -- 1 at first, doubling to
+ *     MAX_AHEAD while the program keeps coming -- each group from its end
+ *     back, so a program faster than the workers meets them once per group
+ *     instead of faulting the same chunk as they do, chunk after chunk.
+ *     The last chunk of the block is a sentinel too.  So what the program
+ *     never touches is at most MAX_AHEAD groups per block (64 MiB).
+ *
+ * Thread rules:
+ *   - Workers start with the first job (no thread before there is work):
+ *     as many as the populate knob says, all signals blocked, named
+ *     hpalloc-ahead, hpalloc's own code throughout (hp_inside).  One that
+ *     cannot be created is not tried again in this process (or fork
+ *     generation); without any, no job is made and the program faults its
+ *     pages itself, as without this file.  A kernel without
+ *     MADV_POPULATE_WRITE (before 5.14: EINVAL) ends every job the same way.
+ *   - A worker touches a block only while its job is here, and the job
+ *     exists only while the block is live or still its allocating
+ *     thread's: populate_forget(), called by whichever thread takes the
+ *     block out of the registry (heap.c: hp_free, a resize) before it does,
+ *     ends the job and waits until no worker is inside it (at most one
+ *     chunk's fault-in or one mincore).  So no block is cached, released,
+ *     moved or unmapped under a worker.
+ *   - The caller never waits for a worker but in populate_forget(), which
+ *     runs with cancellation disabled (hp_free's, resize's), and
+ *     populate_watch() takes pop_lock only to fill a slot: nothing here is
+ *     a cancellation point for the program.  pop_lock is held by no one
+ *     who takes another lock, and no other lock is held while taking it.
+ *   - Fork: pop_lock is taken around it (lifecycle.c's table); the child has
+ *     no workers and no jobs (its first fresh block starts its own workers).
+ *   - NUMA: the block is placed (mbind, heap.c) before its job exists, so a
+ *     bind, interleave or preferred block gets its pages where its policy
+ *     says whoever faults; for default and local blocks the worker takes
+ *     on the allocating thread's policy and node first (numa.c). */
+#include "internal.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <sched.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define POP_MIN_BLOCK (32 * HP_MiB) /* smaller: over before a worker could help */
+#define GROUP 8                      /* chunks per group, the first one the program's */
+#define MAX_AHEAD 4                  /* groups beyond the last sentinel reached */
+#define RING (MAX_AHEAD + 2)         /* per-group times kept until credited */
+#define MAX_JOBS 16
+#define POP_IDLE_MS 1000             /* a job without progress this long is dropped */
+#define POLL_MIN_US 250              /* sentinels looked at this often while it moves */
+#define POLL_MAX_US 16000
+#define SCAN_MAX 64                  /* sentinels looked at per check */
+#define AUTO_MAX 8
+#define NAME "hpalloc-ahead"         /* at most 15 characters */
+
+struct job {
+	bool used;       /* slot taken */
+	bool dead;       /* forgotten: no new work, freed once inflight is 0 */
+	bool watching;   /* chunks 0 and 1 not seen resident yet */
+	bool checking;   /* a worker is looking at its sentinels */
+	char *addr;
+	size_t chunk;    /* bytes per chunk */
+	size_t n;        /* chunks */
+	size_t pos;      /* the last group whose sentinel the program reached */
+	size_t ahead;    /* groups beyond pos the workers may fault */
+	size_t group;    /* the group being claimed, from its end back ... */
+	size_t top;      /* ... chunks below top not claimed yet */
+	int inflight;    /* workers inside it (a fault-in or a check) */
+	uint64_t group_ns[RING]; /* the workers' time per group, until credited */
+	uint64_t progress_ms;    /* made, or seen to move, last */
+	uint64_t check_at_us;    /* when its sentinels are looked at next */
+	unsigned poll_us;
+	unsigned gen;            /* tells a worker's last job from a new one in the slot */
+	struct numa_origin origin;
+};
+
+static pthread_mutex_t pop_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* a job, or a job's news */
+static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER; /* a job's inflight fell to 0 */
+static struct job jobs[MAX_JOBS];
+static unsigned job_gen;
+static _Atomic int njobs;        /* slots in use: hp_free's lock-free look */
+static int started;              /* workers created (pop_lock) */
+static bool create_failed;       /* one could not be: not tried again */
+static _Atomic bool unsupported; /* no MADV_POPULATE_WRITE in this kernel */
+
+static uint64_t clock_us(clockid_t clock)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static uint64_t now_us(void)
+{
+	return clock_us(CLOCK_MONOTONIC);
+}
+
+/* ---- how many workers ------------------------------------------------------------ */
+
+/* auto: one per two CPUs this process may run on, at most AUTO_MAX, and none
+ * on one CPU, where a worker could only take the program's own turn. */
+static int auto_threads(void)
+{
+	cpu_set_t set;
+	int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+	int n = cpus / 2;
+	return n > AUTO_MAX ? AUTO_MAX : n;
+}
+
+static int wanted_threads(void)
+{
+	int v = atomic_load_explicit(&hp_cfg.populate, memory_order_relaxed);
+	static _Atomic int auto_n = -1;
+
+	if (v != HP_POPULATE_AUTO)
+		return v;
+	int n = atomic_load_explicit(&auto_n, memory_order_relaxed);
+	if (n < 0) {
+		n = auto_threads();
+		atomic_store_explicit(&auto_n, n, memory_order_relaxed);
+	}
+	return n;
+}
+
+/* ---- one job ----------------------------------------------------------------------- */
+
+static size_t ngroups(const struct job *j)
+{
+	return (j->n + GROUP - 1) / GROUP;
+}
+
+static size_t group_end(const struct job *j, size_t g)
+{
+	size_t end = (g + 1) * GROUP;
+	return end < j->n ? end : j->n;
+}
+
+/* The first chunk of group g a worker may fault: past its sentinel, and in
+ * group 0 past the two chunks the program touched to start the job. */
+static size_t group_first(size_t g)
+{
+	return g ? g * GROUP + 1 : 2;
+}
+
+static void start_group(struct job *j, size_t g)
+{
+	j->group = g;
+	j->top = group_end(j, g);
+}
+
+/* pop_lock held: the next chunk a worker may fault, or false. */
+static bool claim(struct job *j, size_t *chunk)
+{
+	if (j->dead || j->watching)
+		return false;
+	if (j->group < j->pos) /* the program is past it: what is left is behind it */
+		start_group(j, j->pos);
+	while (j->group <= j->pos + j->ahead && j->group < ngroups(j)) {
+		if (j->top > group_first(j->group)) {
+			size_t c = --j->top;
+			if (c == j->n - 1)
+				continue; /* the last chunk is the program's too */
+			*chunk = c;
+			return true;
+		}
+		start_group(j, j->group + 1);
+	}
+	return false;
+}
+
+/* pop_lock held: the program went past groups [from, to): what the workers
+ * spent on them is what its own faults would have cost (an estimate: their
+ * fault-ins of the same chunks, which the program then found resident). */
+static void credit(struct job *j, size_t from, size_t to)
+{
+	uint64_t ns = 0;
+	for (size_t g = from; g < to && g < from + RING; g++) {
+		ns += j->group_ns[g % RING];
+		j->group_ns[g % RING] = 0;
+	}
+	stat_add(HP_STAT_POPULATE_SAVED_US, ns / 1000);
+}
+
+static void job_free_locked(struct job *j)
+{
+	j->used = false;
+	atomic_fetch_sub_explicit(&njobs, 1, memory_order_relaxed);
+}
+
+/* pop_lock held: a job that is over goes once no worker is inside it. */
+static void job_end_locked(struct job *j)
+{
+	j->dead = true;
+	if (j->inflight == 0)
+		job_free_locked(j);
+}
+
+/* What a look at the sentinels found (unlocked, the job pinned by inflight). */
+struct sighting {
+	bool started;   /* watching: chunks 0 and 1 resident */
+	size_t pos;     /* the last sentinel resident, scanning up from the job's pos */
+	bool finished;  /* the block's last chunk resident */
+};
+
+static bool resident(const struct job *j, size_t c)
+{
+	return prim_resident(j->addr + c * j->chunk) == 1;
+}
+
+static void look(const struct job *j, size_t pos, bool watching, struct sighting *s)
+{
+	s->started = false;
+	s->pos = pos;
+	s->finished = false;
+	if (watching) {
+		s->started = resident(j, 0) && resident(j, 1);
+		if (!s->started)
+			return;
+		pos = 0; /* and how far it is already */
+	}
+	for (size_t g = pos + 1, k = 0; g < ngroups(j) && k < SCAN_MAX; g++, k++) {
+		if (!resident(j, g * GROUP))
+			break;
+		s->pos = g;
+	}
+	s->finished = resident(j, j->n - 1);
+}
+
+/* pop_lock held: what a look found, applied. */
+static void apply(struct job *j, const struct sighting *s, uint64_t now)
+{
+	bool moved = s->started || s->pos > j->pos || s->finished;
+
+	if (s->started) {
+		j->watching = false;
+		j->pos = 0;
+		j->ahead = 1;
+		start_group(j, 0);
+	}
+	if (s->pos > j->pos) {
+		credit(j, j->pos, s->pos);
+		j->pos = s->pos;
+		j->ahead = j->ahead * 2 < MAX_AHEAD ? j->ahead * 2 : MAX_AHEAD;
+	}
+	if (s->finished) { /* the program reached the end: the rest was used */
+		credit(j, j->pos, ngroups(j));
+		job_end_locked(j);
+		return;
+	}
+	if (moved) {
+		j->progress_ms = now / 1000;
+		j->poll_us = POLL_MIN_US;
+	} else if (now / 1000 - j->progress_ms > POP_IDLE_MS) {
+		job_end_locked(j); /* sparse, elsewhere, or not yet: not ours to guess */
+		return;
+	} else {
+		j->poll_us = j->poll_us * 2 < POLL_MAX_US ? j->poll_us * 2 : POLL_MAX_US;
+	}
+	j->check_at_us = now + j->poll_us;
+}
+
+/* ---- the workers ------------------------------------------------------------------ */
+
+enum { NOTHING, FAULT, LOOK };
+
+/* pop_lock held: work for a worker, or how long (µs) until there may be. */
+static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
+{
+	uint64_t now = now_us(), soonest = UINT64_MAX;
+
+	for (int i = 0; i < MAX_JOBS; i++) {
+		struct job *j = &jobs[i];
+		if (!j->used || j->dead)
+			continue;
+		if (claim(j, chunk)) {
+			*out = j;
+			return FAULT;
+		}
+		if (j->checking)
+			continue;
+		if (j->check_at_us <= now) {
+			*out = j;
+			return LOOK;
+		}
+		if (j->check_at_us < soonest)
+			soonest = j->check_at_us;
+	}
+	*wait_us = soonest == UINT64_MAX ? 0 : soonest - now;
+	return NOTHING;
+}
+
+static void timed_wait(uint64_t wait_us)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + wait_us * 1000;
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	pthread_cond_timedwait(&work_cond, &pop_lock, &ts);
+}
+
+/* Unlocked, the job pinned: one chunk faulted in, under the placement the
+ * program's own faults would have (numa.c), which this worker takes on
+ * when its job changes.  0, or an errno. */
+static int fault_in(struct job *j, size_t c, unsigned gen, unsigned *last_gen, uint64_t *ns)
+{
+	if (gen != *last_gen) {
+		if (numa_origin_follow(&j->origin) < 0)
+			return EXDEV; /* cannot fault where the program would: leave it */
+		*last_gen = gen;
+	}
+	if (resident(j, c))
+		return EEXIST; /* the program is there already */
+	/* the worker's CPU time, not the wall clock: on a busy machine a worker
+	 * waiting for a CPU saves the program nothing */
+	uint64_t t0 = clock_us(CLOCK_THREAD_CPUTIME_ID);
+	int rc = prim_advise(j->addr + c * j->chunk, j->chunk, MADV_POPULATE_WRITE);
+	*ns = (clock_us(CLOCK_THREAD_CPUTIME_ID) - t0) * 1000;
+	return rc < 0 ? errno : 0;
+}
+
+/* pop_lock held: a fault-in done (err 0) or failed. */
+static void fault_done(struct job *j, size_t c, int err, uint64_t ns)
+{
+	size_t g = c / GROUP;
+
+	if (err == 0) {
+		stat_add(HP_STAT_POPULATE_AHEAD_BYTES, j->chunk);
+		if (g < j->pos)
+			stat_add(HP_STAT_POPULATE_SAVED_US, ns / 1000); /* already passed */
+		else
+			j->group_ns[g % RING] += ns;
+		return;
+	}
+	if (err == EEXIST)
+		return;
+	if (err == EINVAL)
+		atomic_store(&unsupported, true);
+	if (!j->dead) /* ENOMEM (a memory limit), EINVAL: the program faults the rest */
+		job_end_locked(j);
+}
+
+/* pop_lock held: a worker leaves a job it pinned; the last one out of a
+ * dead job frees its slot, and a populate_forget() waiting for it wakes. */
+static void unpin(struct job *j)
+{
+	if (--j->inflight)
+		return;
+	if (j->dead)
+		job_free_locked(j);
+	pthread_cond_broadcast(&idle_cond);
+}
+
+/* pop_lock held on entry and exit, not in between. */
+static void do_fault(struct job *j, size_t c, unsigned *last_gen)
+{
+	uint64_t ns = 0;
+	unsigned gen = j->gen;
+
+	j->inflight++;
+	pthread_mutex_unlock(&pop_lock);
+	int err = fault_in(j, c, gen, last_gen, &ns);
+	if (err == EINVAL)
+		hp_log(1, "no MADV_POPULATE_WRITE in this kernel: populate is off");
+	pthread_mutex_lock(&pop_lock);
+	fault_done(j, c, err, ns);
+	unpin(j);
+}
+
+static void do_look(struct job *j)
+{
+	struct sighting s;
+	size_t pos = j->pos;
+	bool watching = j->watching;
+
+	j->inflight++;
+	j->checking = true;
+	pthread_mutex_unlock(&pop_lock);
+	look(j, pos, watching, &s);
+	pthread_mutex_lock(&pop_lock);
+	j->checking = false;
+	if (!j->dead)
+		apply(j, &s, now_us());
+	unpin(j);
+	pthread_cond_broadcast(&work_cond); /* the other workers: new chunks maybe */
+}
+
+static void *worker_main(void *arg)
+{
+	int index = (int)(intptr_t)arg;
+	unsigned last_gen = 0;
+
+	hp_inside = 1; /* all of this thread is hpalloc's own code */
+	pthread_setname_np(pthread_self(), NAME);
+	pthread_mutex_lock(&pop_lock);
+	for (;;) {
+		struct job *j = NULL;
+		size_t c = 0;
+		uint64_t wait_us = 0;
+		int what = index < wanted_threads() ? pick(&j, &c, &wait_us) : NOTHING;
+		if (what == FAULT)
+			do_fault(j, c, &last_gen);
+		else if (what == LOOK)
+			do_look(j);
+		else if (wait_us)
+			timed_wait(wait_us);
+		else
+			pthread_cond_wait(&work_cond, &pop_lock);
+	}
+	return NULL;
+}
+
+/* pop_lock held: up to want workers; false if there are none.  Like the
+ * janitor's start: hp_inside around pthread_create (its mallocs are libc's
+ * under the preload library), every signal blocked in the new thread. */
+static bool workers_up(int want)
+{
+	while (started < want && !create_failed) {
+		pthread_attr_t attr;
+		pthread_t thread;
+		sigset_t all, old;
+
+		hp_inside++;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 128 * 1024);
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		int rc = pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)started);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+		hp_inside--;
+		if (rc != 0) {
+			create_failed = true;
+			hp_log(1, "no populate worker (%s): %d running", strerror(rc), started);
+			break;
+		}
+		started++;
+		stat_add(HP_STAT_POPULATE_THREADS, 1);
+	}
+	return started > 0;
+}
+
+/* ---- the heap's calls ------------------------------------------------------------ */
+
+void populate_watch(const struct hp_map *m)
+{
+	HP_ERRNO_SAVE; /* mincore, pthread_create, clock_gettime */
+	int want = wanted_threads();
+	size_t chunk = m->kernel_page_size > HP_THP_SIZE ? m->kernel_page_size : HP_THP_SIZE;
+
+	if (!want || m->len < POP_MIN_BLOCK || m->len / chunk < 2 * GROUP ||
+	    atomic_load_explicit(&unsupported, memory_order_relaxed))
+		return;
+	if (prim_resident(m->addr) != 0) {
+		HP_ERRNO_RESTORE;
+		return; /* faulted in already (a bind on hugetlb pages: numa.c) */
+	}
+	struct numa_origin origin;
+	numa_origin_capture(m->numa, &origin);
+	pthread_mutex_lock(&pop_lock);
+	struct job *j = NULL;
+	for (int i = 0; i < MAX_JOBS && !j; i++)
+		if (!jobs[i].used)
+			j = &jobs[i];
+	if (j && workers_up(want)) {
+		uint64_t now = now_us();
+		if (++job_gen == 0) /* 0 is a worker's "no job yet" */
+			job_gen = 1;
+		*j = (struct job){.used = true, .watching = true, .addr = m->addr, .chunk = chunk,
+				  .n = m->len / chunk, .progress_ms = now / 1000,
+				  .check_at_us = now + POLL_MIN_US, .poll_us = POLL_MIN_US,
+				  .gen = job_gen, .origin = origin};
+		atomic_fetch_add_explicit(&njobs, 1, memory_order_relaxed);
+		pthread_cond_broadcast(&work_cond);
+	}
+	pthread_mutex_unlock(&pop_lock);
+	HP_ERRNO_RESTORE;
+}
+
+void populate_forget(const void *addr)
+{
+	if (likely(!atomic_load_explicit(&njobs, memory_order_relaxed)))
+		return;
+	pthread_mutex_lock(&pop_lock);
+	for (int i = 0; i < MAX_JOBS; i++) {
+		struct job *j = &jobs[i];
+		if (!j->used || j->addr != addr)
+			continue;
+		unsigned gen = j->gen;
+		j->dead = true;
+		/* a chunk's fault-in or a mincore: milliseconds.  The last worker
+		 * out frees the slot, which may then serve another block. */
+		while (j->used && j->gen == gen && j->inflight)
+			pthread_cond_wait(&idle_cond, &pop_lock);
+		if (j->used && j->gen == gen)
+			job_free_locked(j);
+		break;
+	}
+	pthread_mutex_unlock(&pop_lock);
+}
+
+/* The child has no workers: its jobs go (their blocks stay live, as
+ * the program's), and its first fresh block starts workers of its own. */
+void populate_fork(int phase)
+{
+	fork_mutex(&pop_lock, phase);
+	if (phase != FORK_CHILD)
+		return;
+	pthread_cond_init(&work_cond, NULL);
+	pthread_cond_init(&idle_cond, NULL);
+	memset(jobs, 0, sizeof(jobs));
+	atomic_store(&njobs, 0);
+	started = 0;
+	create_failed = false;
+	atomic_store(&hp_counters[HP_STAT_POPULATE_THREADS], 0);
+}

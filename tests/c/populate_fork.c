@@ -1,0 +1,149 @@
+/* fork() while populate workers are inside a block (lib/populate.c, issue
+ * 27).  fork takes pop_lock (lifecycle.c's table), which no worker holds
+ * while it faults, so it never waits for one; the child has no workers and
+ * no jobs, keeps the parent's blocks as the program's, and starts workers
+ * of its own with its own first fresh block.
+ *
+ * First a worker is held inside the block (populate_util.h) while the
+ * parent forks: the child reads the parent's data, populates a block of
+ * its own and exits 0; the parent lets the worker go and finds its block
+ * whole.  Then 20 forks race live workers. */
+#include "harness.h"
+#include "fault.h"
+#include "populate_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SIZE (256 * MiB)
+#define CHILD_SIZE (128 * MiB)
+
+static int check(bool ok, const char *what)
+{
+	if (!ok)
+		fprintf(stderr, "FAIL: %s\n", what);
+	return ok ? 0 : 1;
+}
+
+/* In the child: the parent's data as it was, no worker inherited, and a
+ * block of its own populated by workers of its own. */
+static int child_side(const char *parent_block)
+{
+	int bad = check(harness_check(parent_block, POP_FILLED, 1) == SIZE_MAX,
+			"the child does not see the parent's data");
+	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "the child counts workers it has not got");
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	char *q = hp_malloc(CHILD_SIZE);
+	if (!q)
+		return check(false, "no block in the child");
+	harness_fill_slowly(q, POP_FILLED, 4, 0); /* its workers start */
+	bad |= check(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
+		     "the child's workers populated nothing of its block");
+	harness_fill_slowly(q + POP_FILLED, CHILD_SIZE - POP_FILLED, 5, 0);
+	bad |= check(harness_check_filled(q, POP_FILLED, 4) == SIZE_MAX &&
+		     harness_check_filled(q + POP_FILLED, CHILD_SIZE - POP_FILLED, 5) == SIZE_MAX,
+		     "the child's block lost data");
+	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) >= 1, "the child started no worker of its own");
+	hp_free(q);
+	return bad;
+}
+
+static int wait_child(pid_t pid)
+{
+	int status;
+	if (pid < 0)
+		return check(false, "fork failed");
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "FAIL: the child ended with status %#x\n", status);
+		return 1;
+	}
+	return 0;
+}
+
+static int child_fork_held(void)
+{
+	bool skip;
+	char why[256];
+	char *p = pop_hold_block(SIZE, &skip, why, sizeof(why));
+	if (!p) {
+		fprintf(stderr, "%s\n", why);
+		return skip ? 77 : 1;
+	}
+	alarm(60); /* a fork waiting for the held worker never returns */
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(child_side(p));
+	alarm(0);
+	int bad = wait_child(pid);
+	pop_hold_workers(false);
+	harness_fill_slowly(p + POP_FILLED, SIZE - POP_FILLED, 5, 0); /* the rest, as the program would */
+	pop_hold_stop();
+	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's first data changed");
+	bad |= check(harness_check_filled(p + POP_FILLED, SIZE - POP_FILLED, 5) == SIZE_MAX,
+		     "the parent's block lost data");
+	hp_free(p);
+	return bad;
+}
+
+static int child_fork_races(void)
+{
+	int bad = 0;
+	hp_knob_set("mode", "thp");
+	hp_knob_set("threshold", "1M");
+	hp_knob_set("populate", "2");
+	char *p = hp_malloc(SIZE);
+	if (!p)
+		return check(false, "no block");
+	harness_fill(p, POP_FILLED, 1);
+	size_t off = POP_FILLED;
+	int forks = 0;
+	for (; forks < 20 && !bad; forks++, off += 8 * MiB) {
+		harness_fill_slowly(p + off, 8 * MiB, 6 + forks, 0); /* the workers keep ahead of this */
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(child_side(p));
+		bad |= wait_child(pid);
+	}
+	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's data changed");
+	for (int i = 0; i < forks; i++)
+		if (harness_check_filled(p + POP_FILLED + i * 8 * MiB, 8 * MiB, 6 + i) != SIZE_MAX) {
+			bad |= check(false, "the parent's block lost data");
+			break;
+		}
+	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "no worker populated: the test did not test");
+	hp_free(p);
+	return bad;
+}
+
+static const struct harness_child_case children[] = {
+	{"fork_held", child_fork_held},
+	{"fork_races", child_fork_races},
+};
+
+static void test_fork_with_worker_inside(void **state)
+{
+	(void)state;
+	pop_hold_require();
+	harness_child_passes("fork_held");
+}
+
+static void test_forks_race_workers(void **state)
+{
+	(void)state;
+	harness_need_thp();
+	harness_child_passes("fork_races");
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_fork_with_worker_inside),
+		HTEST(test_forks_race_workers),
+	};
+	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
+	harness_init(argc, argv);
+	return harness_run("populate_fork", tests, ARRAY_SIZE(tests));
+}
