@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -778,6 +779,23 @@ int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end)
 	*start = v.start;
 	*end = v.end;
 	return 0;
+}
+
+void *harness_block_neighbour(const void *p, size_t len)
+{
+	uintptr_t start, end = (uintptr_t)p + len;
+
+	if (harness_vma((const char *)p + len, &start, &end) != 0)
+		end = (uintptr_t)p + len; /* nothing right after the block */
+	void *page = mmap((void *)end, 4096, PROT_NONE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (page == MAP_FAILED && errno == EEXIST)
+		return NULL;
+	if (page == MAP_FAILED)
+		fail_msg("mmap of a page at %#lx: %s", (unsigned long)end, strerror(errno));
+	if (page != (void *)end) /* a kernel before 4.17 takes the address as a hint */
+		fail_msg("mmap placed the page at %p, not at %#lx", page, (unsigned long)end);
+	return page;
 }
 
 struct huge_vmas {
