@@ -155,6 +155,20 @@ void preload_test_init(int argc, char **argv, const char *const *knobs, const ch
 #endif
 }
 
+void preload_skip_part(const char *cap, const char *name, const char *why)
+{
+	const char *req = getenv("HPALLOC_TEST_REQUIRE");
+	size_t n = strlen(cap);
+	for (const char *w = req; w && *w; w += strcspn(w, ",") + (w[strcspn(w, ",")] != '\0')) {
+		if (strcspn(w, ",") == n && strncmp(w, cap, n) == 0 && strcmp(cap, "other") != 0) {
+			fprintf(stderr, "FAIL: required capability %s (HPALLOC_TEST_REQUIRE) is "
+				"missing: %s: %s\n", cap, name, why);
+			exit(1);
+		}
+	}
+	printf("SKIP(%s): %s: %s\n", cap, name, why);
+}
+
 void preload_pass(const char *name)
 {
 	printf("PASS: %s (%d checks)\n", name, preload_checks);
@@ -203,6 +217,21 @@ bool hpalloc_owns(const void *p)
 	return owns(p) == 1;
 }
 
+int hpalloc_knob(const char *name, const char *value)
+{
+	int (*set)(const char *, const char *) =
+		(int (*)(const char *, const char *))dlsym_default("hp_knob_set");
+	return set(name, value);
+}
+
+void hpalloc_cache_flush(void)
+{
+	void (*flush)(void) = (void (*)(void))dlsym_default("hp_cache_flush");
+	void (*drain)(void) = (void (*)(void))dlsym_default("hp_release_drain");
+	flush();
+	drain();
+}
+
 uint64_t hpalloc_stat(const char *name)
 {
 	int (*get)(struct hp_stats *) = (int (*)(struct hp_stats *))dlsym_default("hp_stats_get");
@@ -238,39 +267,69 @@ void *after_realloc(void *p)
 
 /* ---- contents ----------------------------------------------------------------- */
 
-static uint64_t next_word(uint64_t *x)
+/* Every 8-byte word depends on the seed and its position (as the C tests'
+ * harness_fill): a copy that stopped short, or started from the wrong
+ * place, cannot match, nor can an older fill of the same block with
+ * another seed.  Word at a time, so whole blocks of many MiB are cheap. */
+static inline uint64_t pattern_word(uint64_t seed, size_t index)
 {
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull + 1;
+	return x ^ x >> 31;
+}
+
+static inline unsigned char pattern_byte(uint64_t seed, size_t offset)
+{
+	return (unsigned char)(pattern_word(seed, offset / 8) >> (8 * (offset % 8)));
 }
 
 void fill(void *p, size_t n, uint64_t seed)
 {
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
 	unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		c[i] = (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8));
+	size_t words = n / 8;
+	for (size_t i = 0; i < words; i++) {
+		uint64_t w = pattern_word(seed, i);
+		memcpy(c + i * 8, &w, 8); /* little endian: matches pattern_byte */
+	}
+	for (size_t off = words * 8; off < n; off++)
+		c[off] = pattern_byte(seed, off);
+}
+
+size_t first_wrong(const void *p, size_t n, uint64_t seed)
+{
+	const unsigned char *c = p;
+	size_t words = n / 8;
+	for (size_t i = 0; i < words; i++) {
+		uint64_t w;
+		memcpy(&w, c + i * 8, 8);
+		if (w != pattern_word(seed, i))
+			for (size_t off = i * 8;; off++)
+				if (c[off] != pattern_byte(seed, off))
+					return off;
+	}
+	for (size_t off = words * 8; off < n; off++)
+		if (c[off] != pattern_byte(seed, off))
+			return off;
+	return SIZE_MAX;
 }
 
 bool check(const void *p, size_t n, uint64_t seed)
 {
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	const unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		if (c[i] != (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8)))
-			return false;
-	return true;
+	return first_wrong(p, n, seed) == SIZE_MAX;
 }
 
 bool all_zero(const void *p, size_t n)
 {
 	const unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		if (c[i])
-			return false;
-	return true;
+	size_t words = n / 8;
+	uint64_t any = 0;
+	for (size_t i = 0; i < words; i++) {
+		uint64_t w;
+		memcpy(&w, c + i * 8, 8);
+		any |= w;
+	}
+	for (size_t off = words * 8; off < n; off++)
+		any |= c[off];
+	return any == 0;
 }
 
 /* ---- hugetlb pool ------------------------------------------------------------------ */
