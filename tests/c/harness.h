@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "hpalloc.h"
+#include "pattern.h"
 #include "smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -200,12 +201,7 @@ void harness_need_uring(void);
 void harness_need_thp(void);
 
 /* ---- contents ------------------------------------------------------------------ */
-/* Deterministic pattern from seed; check returns the first bad offset or
- * SIZE_MAX. */
-void harness_fill(void *p, size_t n, uint64_t seed);
-size_t harness_check(const void *p, size_t n, uint64_t seed);
-/* Index of the first non-zero byte, or SIZE_MAX. */
-size_t harness_first_nonzero(const void *p, size_t n);
+/* harness_fill, harness_check, harness_first_nonzero: tests/c/pattern.h. */
 /* Write one byte in every 4 KiB page. */
 void harness_touch(void *p, size_t n);
 

@@ -267,69 +267,25 @@ void *after_realloc(void *p)
 
 /* ---- contents ----------------------------------------------------------------- */
 
-/* Every 8-byte word depends on the seed and its position (as the C tests'
- * harness_fill): a copy that stopped short, or started from the wrong
- * place, cannot match, nor can an older fill of the same block with
- * another seed.  Word at a time, so whole blocks of many MiB are cheap. */
-static inline uint64_t pattern_word(uint64_t seed, size_t index)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull + 1;
-	return x ^ x >> 31;
-}
-
-static inline unsigned char pattern_byte(uint64_t seed, size_t offset)
-{
-	return (unsigned char)(pattern_word(seed, offset / 8) >> (8 * (offset % 8)));
-}
-
+/* tests/c/pattern.c's pattern, one for every test. */
 void fill(void *p, size_t n, uint64_t seed)
 {
-	unsigned char *c = p;
-	size_t words = n / 8;
-	for (size_t i = 0; i < words; i++) {
-		uint64_t w = pattern_word(seed, i);
-		memcpy(c + i * 8, &w, 8); /* little endian: matches pattern_byte */
-	}
-	for (size_t off = words * 8; off < n; off++)
-		c[off] = pattern_byte(seed, off);
+	harness_fill(p, n, seed);
 }
 
 size_t first_wrong(const void *p, size_t n, uint64_t seed)
 {
-	const unsigned char *c = p;
-	size_t words = n / 8;
-	for (size_t i = 0; i < words; i++) {
-		uint64_t w;
-		memcpy(&w, c + i * 8, 8);
-		if (w != pattern_word(seed, i))
-			for (size_t off = i * 8;; off++)
-				if (c[off] != pattern_byte(seed, off))
-					return off;
-	}
-	for (size_t off = words * 8; off < n; off++)
-		if (c[off] != pattern_byte(seed, off))
-			return off;
-	return SIZE_MAX;
+	return harness_check(p, n, seed);
 }
 
 bool check(const void *p, size_t n, uint64_t seed)
 {
-	return first_wrong(p, n, seed) == SIZE_MAX;
+	return harness_check(p, n, seed) == SIZE_MAX;
 }
 
 bool all_zero(const void *p, size_t n)
 {
-	const unsigned char *c = p;
-	size_t words = n / 8;
-	uint64_t any = 0;
-	for (size_t i = 0; i < words; i++) {
-		uint64_t w;
-		memcpy(&w, c + i * 8, 8);
-		any |= w;
-	}
-	for (size_t off = words * 8; off < n; off++)
-		any |= c[off];
-	return any == 0;
+	return harness_first_nonzero(p, n) == SIZE_MAX;
 }
 
 /* ---- hugetlb pool ------------------------------------------------------------------ */

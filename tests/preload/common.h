@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../c/pattern.h"
 #include "../c/smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -76,9 +77,9 @@ void hpalloc_cache_flush(void);
  * what the kernel did; a no-op otherwise. */
 void *after_realloc(void *p);
 
-/* Deterministic contents: fill(p, n, seed) writes a prefix of the same
- * position-dependent pattern whatever n; first_wrong gives the offset of
- * the first byte that differs from it, or SIZE_MAX. */
+/* Deterministic contents, tests/c/pattern.h's: fill(p, n, seed) writes a
+ * prefix of the same position-dependent pattern whatever n; first_wrong
+ * gives the offset of the first byte that differs from it, or SIZE_MAX. */
 void fill(void *p, size_t n, uint64_t seed);
 size_t first_wrong(const void *p, size_t n, uint64_t seed);
 bool check(const void *p, size_t n, uint64_t seed);
