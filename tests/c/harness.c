@@ -1,5 +1,6 @@
 /* Shared helpers of the cmocka C tests; see harness.h. */
 #include "harness.h"
+#include "caps.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +63,6 @@ __attribute__((constructor)) static void one_malloc_arena(void)
 }
 static unsigned skipped_cases;
 static const char *current_case = "?";
-static char required_caps[256]; /* " cap cap ... " from HPALLOC_TEST_REQUIRE */
 
 /* Async-signal-safe: only open/write/close. */
 static void restore_pools_raw(void)
@@ -195,33 +195,19 @@ static bool known_cap(const char *cap, size_t n)
  * is an error (a typo would otherwise require nothing). */
 static void read_required_caps(void)
 {
-	const char *req = getenv("HPALLOC_TEST_REQUIRE");
-	size_t used = 0;
+	size_t n;
+	const char *bad = caps_read(known_cap, &n);
 
-	required_caps[used++] = ' ';
-	for (const char *c = req ? req : ""; *c;) {
-		size_t n = strcspn(c, ", ");
-		if (n && !known_cap(c, n)) {
-			fprintf(stderr, "harness: HPALLOC_TEST_REQUIRE names '%.*s', which %s does not list\n",
-				(int)n, c, HARNESS_CAPS_FILE);
-			exit(99);
-		}
-		if (n && used + n + 2 < sizeof(required_caps)) {
-			memcpy(required_caps + used, c, n);
-			used += n;
-			required_caps[used++] = ' ';
-		}
-		c += n + (c[n] != '\0');
+	if (bad) {
+		fprintf(stderr, "harness: HPALLOC_TEST_REQUIRE names '%.*s', which %s does not list\n",
+			(int)n, bad, HARNESS_CAPS_FILE);
+		exit(99);
 	}
-	required_caps[used] = '\0';
 }
 
 bool harness_required(const char *cap)
 {
-	char want[32];
-
-	snprintf(want, sizeof(want), " %s ", cap);
-	return strstr(required_caps, want) != NULL;
+	return caps_required(cap);
 }
 
 void harness_init(int argc, char **argv)
