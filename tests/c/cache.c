@@ -1,6 +1,7 @@
 /* The reuse cache: hits and misses are counted, a hit is the same mapping
  * with its pages still resident, the cache never keeps more
- * than cache_max bytes mapped (evictions counted, /proc/self/maps agrees),
+ * than cache_max bytes mapped (evictions counted, /proc/self/maps agrees;
+ * also right after cache_max is lowered under blocks already cached),
  * and blocks idle for cache_decay_ms go back to the kernel -- pages and
  * mapping, the hugetlb pool refilled -- within a few decay periods and
  * without any call into the library, while a block reused before its
@@ -317,6 +318,49 @@ static void test_decay_learns(void **state)
 	hp_release_drain();
 }
 
+/* cache_max lowered while blocks are cached: the cache gives the excess
+ * back, oldest blocks first, within a few janitor periods (250 ms each)
+ * and without any call into the library -- counted (cached_bytes) and
+ * unmapped (/proc/self/maps).  The decay is far off, so only the lowered
+ * bound can take them. */
+#define LOWERED_BOUND_MS 2000
+
+static void test_lowered_bound_trims(void **state)
+{
+	(void)state;
+	thp_cache_knobs("1G", "600000");
+	harness_janitor_start();
+	void *big = hp_malloc(64 * MiB), *small[2];
+	assert_non_null(big);
+	harness_touch(big, 64 * MiB);
+	for (size_t i = 0; i < ARRAY_SIZE(small); i++) {
+		small[i] = hp_malloc(4 * MiB);
+		assert_non_null(small[i]);
+		harness_touch(small[i], 4 * MiB);
+	}
+	hp_free(big); /* the oldest: the first to go */
+	for (size_t i = 0; i < ARRAY_SIZE(small); i++)
+		hp_free(small[i]);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 72 * MiB);
+	assert_int_equal(harness_mapped(big, 64 * MiB), 64 * MiB);
+
+	uint64_t t0 = harness_now_ms();
+	harness_knob("cache_max", "8M");
+	while ((harness_stat(HP_STAT_CACHED_BYTES) > 8 * MiB || harness_mapped(big, 64 * MiB)) &&
+	       harness_now_ms() < t0 + LOWERED_BOUND_MS)
+		harness_sleep_ms(10);
+	size_t cached = harness_stat(HP_STAT_CACHED_BYTES), mapped = harness_mapped(big, 64 * MiB);
+	print_message("cache_max 1G -> 8M with 72 MiB cached: after %llu ms, %zu MiB cached, "
+		      "%zu MiB of the 64 MiB block mapped\n",
+		      (unsigned long long)(harness_now_ms() - t0), cached >> 20, mapped >> 20);
+	if (cached > 8 * MiB || mapped)
+		fail_msg("%zu bytes cached and %zu bytes of the oldest block still mapped %d ms after "
+			 "cache_max went down to 8M", cached, mapped, LOWERED_BOUND_MS);
+	/* the excess went, not the whole cache */
+	assert_int_equal(cached, 8 * MiB);
+	assert_int_equal(still_mapped(small, ARRAY_SIZE(small), 4 * MiB), 8 * MiB);
+}
+
 /* cache_rss_max (the Dask plugin's bound): a process whose resident memory
  * exceeds it gets that excess back from the cache, oldest blocks first,
  * within a few janitor periods (100 ms each with the bound set) and
@@ -446,6 +490,7 @@ int main(int argc, char **argv)
 		HTEST(test_hit_and_miss),
 		HTEST(test_bound),
 		HTEST(test_cache_max_zero),
+		HTEST(test_lowered_bound_trims),
 		HTEST(test_decay_releases_rss),
 		HTEST(test_decay_returns_hugetlb_pages),
 		HTEST(test_reuse_before_decay),

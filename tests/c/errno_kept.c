@@ -1,6 +1,7 @@
 /* Successful calls leave errno as they found it.  On main before the fix
  * the first hp_malloc(100) left ENOENT (absent control files) and a
- * hugetlb->THP fallback left ENOMEM.  Each call below succeeds and must
+ * hugetlb->THP fallback left ENOMEM; a realloc that had to move (the try
+ * in place failed) must not leave that failure's ENOMEM either.  Each call below succeeds and must
  * leave a sentinel errno untouched; the first call happens in a fresh
  * process, where lazy initialisation runs. */
 #include "harness.h"
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 
 static int child_first_calls(void)
@@ -71,6 +73,40 @@ static int child_fallback(void)
 	return keeps_errno_failures ? 1 : 0;
 }
 
+/* A realloc that must move: growing a THP block tries mremap in place
+ * first, which fails with ENOMEM when something is mapped right after the
+ * block, and then moves it.  The realloc succeeds, so that ENOMEM must not
+ * reach the caller -- through hp_realloc, hp_ctx_realloc (NumPy's
+ * handler) or hp_huge_realloc (the preload library, CPython's raw
+ * domain). */
+static void test_moved_realloc_keeps_errno(void **state)
+{
+	(void)state;
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "1M");
+	harness_knob("cache_max", "0"); /* no cached piece to grow over */
+	void *numpy = hp_ctx(HP_ORIGIN_NUMPY, 0);
+	keeps_errno_failures = 0;
+	for (int via = 0; via < 3; via++) {
+		char *p = hp_malloc(4 * MiB);
+		assert_non_null(p);
+		void *neighbour = harness_block_neighbour(p, 4 * MiB), *q = NULL;
+		switch (via) {
+		case 0: KEEPS(q = hp_realloc(p, 64 * MiB)); break;
+		case 1: KEEPS(q = hp_ctx_realloc(numpy, p, 64 * MiB)); break;
+		default: KEEPS(hp_huge_realloc(NULL, p, 64 * MiB, &q)); break;
+		}
+		assert_non_null(q);
+		if (q == p)
+			fail_msg("grown in place although a page was mapped after the block: "
+				 "the case tests nothing");
+		hp_free(q);
+		if (neighbour)
+			munmap(neighbour, 4096);
+	}
+	assert_int_equal(keeps_errno_failures, 0);
+}
+
 static const struct harness_child_case children[] = {
 	{"first_calls", child_first_calls},
 	{"fallback", child_fallback},
@@ -95,6 +131,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_successful_calls_keep_errno),
 		HTEST(test_fallback_keeps_errno),
+		HTEST(test_moved_realloc_keeps_errno),
 	};
 	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
 	harness_init(argc, argv);

@@ -1,5 +1,6 @@
 /* Shared helpers of the cmocka C tests; see harness.h. */
 #include "harness.h"
+#include "caps.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -61,7 +63,6 @@ __attribute__((constructor)) static void one_malloc_arena(void)
 }
 static unsigned skipped_cases;
 static const char *current_case = "?";
-static char required_caps[256]; /* " cap cap ... " from HPALLOC_TEST_REQUIRE */
 
 /* Async-signal-safe: only open/write/close. */
 static void restore_pools_raw(void)
@@ -194,33 +195,19 @@ static bool known_cap(const char *cap, size_t n)
  * is an error (a typo would otherwise require nothing). */
 static void read_required_caps(void)
 {
-	const char *req = getenv("HPALLOC_TEST_REQUIRE");
-	size_t used = 0;
+	size_t n;
+	const char *bad = caps_read(known_cap, &n);
 
-	required_caps[used++] = ' ';
-	for (const char *c = req ? req : ""; *c;) {
-		size_t n = strcspn(c, ", ");
-		if (n && !known_cap(c, n)) {
-			fprintf(stderr, "harness: HPALLOC_TEST_REQUIRE names '%.*s', which %s does not list\n",
-				(int)n, c, HARNESS_CAPS_FILE);
-			exit(99);
-		}
-		if (n && used + n + 2 < sizeof(required_caps)) {
-			memcpy(required_caps + used, c, n);
-			used += n;
-			required_caps[used++] = ' ';
-		}
-		c += n + (c[n] != '\0');
+	if (bad) {
+		fprintf(stderr, "harness: HPALLOC_TEST_REQUIRE names '%.*s', which %s does not list\n",
+			(int)n, bad, HARNESS_CAPS_FILE);
+		exit(99);
 	}
-	required_caps[used] = '\0';
 }
 
 bool harness_required(const char *cap)
 {
-	char want[32];
-
-	snprintf(want, sizeof(want), " %s ", cap);
-	return strstr(required_caps, want) != NULL;
+	return caps_required(cap);
 }
 
 void harness_init(int argc, char **argv)
@@ -793,6 +780,23 @@ int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end)
 	return 0;
 }
 
+void *harness_block_neighbour(const void *p, size_t len)
+{
+	uintptr_t start, end = (uintptr_t)p + len;
+
+	if (harness_vma((const char *)p + len, &start, &end) != 0)
+		end = (uintptr_t)p + len; /* nothing right after the block */
+	void *page = mmap((void *)end, 4096, PROT_NONE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (page == MAP_FAILED && errno == EEXIST)
+		return NULL;
+	if (page == MAP_FAILED)
+		fail_msg("mmap of a page at %#lx: %s", (unsigned long)end, strerror(errno));
+	if (page != (void *)end) /* a kernel before 4.17 takes the address as a hint */
+		fail_msg("mmap placed the page at %p, not at %#lx", page, (unsigned long)end);
+	return page;
+}
+
 struct huge_vmas {
 	int count;
 	size_t bytes;
@@ -900,52 +904,7 @@ void harness_need_thp(void)
 		harness_skip_cap("thp", "transparent_hugepage/enabled is [never]: no THP");
 }
 
-/* ---- contents ---------------------------------------------------------------------- */
-static inline uint64_t pattern_word(uint64_t seed, size_t index)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull + 1;
-	x ^= x >> 31;
-	return x;
-}
-
-static inline uint8_t pattern_byte(uint64_t seed, size_t offset)
-{
-	return (uint8_t)(pattern_word(seed, offset / 8) >> (8 * (offset % 8)));
-}
-
-void harness_fill(void *p, size_t n, uint64_t seed)
-{
-	unsigned char *b = p;
-	size_t words = n / 8;
-
-	for (size_t i = 0; i < words; i++) {
-		uint64_t w = pattern_word(seed, i);
-		memcpy(b + i * 8, &w, 8); /* little endian: matches pattern_byte */
-	}
-	for (size_t off = words * 8; off < n; off++)
-		b[off] = pattern_byte(seed, off);
-}
-
-size_t harness_check(const void *p, size_t n, uint64_t seed)
-{
-	const unsigned char *b = p;
-	size_t words = n / 8;
-
-	for (size_t i = 0; i < words; i++) {
-		uint64_t w;
-		memcpy(&w, b + i * 8, 8);
-		if (w != pattern_word(seed, i)) {
-			for (size_t off = i * 8;; off++)
-				if (b[off] != pattern_byte(seed, off))
-					return off;
-		}
-	}
-	for (size_t off = words * 8; off < n; off++)
-		if (b[off] != pattern_byte(seed, off))
-			return off;
-	return SIZE_MAX;
-}
-
+/* ---- contents (harness_fill and co: pattern.c) ----------------------------------- */
 #define FILL_PIECE ((size_t)2 << 20)
 
 void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms)
@@ -966,23 +925,6 @@ size_t harness_check_filled(const void *p, size_t n, uint64_t seed)
 		if (bad != SIZE_MAX)
 			return off + bad;
 	}
-	return SIZE_MAX;
-}
-
-size_t harness_first_nonzero(const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	size_t off = 0;
-
-	for (; off + 8 <= n; off += 8) {
-		uint64_t w;
-		memcpy(&w, b + off, 8);
-		if (w)
-			break;
-	}
-	for (; off < n; off++)
-		if (b[off])
-			return off;
 	return SIZE_MAX;
 }
 

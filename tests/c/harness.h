@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "hpalloc.h"
+#include "pattern.h"
 #include "smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -167,6 +168,12 @@ size_t harness_statm_rss(void);
 size_t harness_mapped(const void *addr, size_t len);
 /* The mapping (/proc/self/maps entry) holding addr: 0, or -1 if none. */
 int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);
+/* Maps a PROT_NONE page right after the mapping that follows [p, p+len)
+ * (for a THP block of hpalloc's: its guard page), so that the block
+ * cannot grow in place and a realloc growing it must move.  The page, to
+ * munmap (4 KiB); NULL when something is mapped there already (the block
+ * cannot grow in place either).  Fails the test on any other error. */
+void *harness_block_neighbour(const void *p, size_t len);
 /* Mappings in the whole process that only hpalloc makes here: THP-advised
  * ("hg" in VmFlags) or hugetlb (KernelPageSize above 4 kB).  Their count;
  * their total size in *bytes. */
@@ -197,12 +204,7 @@ void harness_need_uring(void);
 void harness_need_thp(void);
 
 /* ---- contents ------------------------------------------------------------------ */
-/* Deterministic pattern from seed; check returns the first bad offset or
- * SIZE_MAX. */
-void harness_fill(void *p, size_t n, uint64_t seed);
-size_t harness_check(const void *p, size_t n, uint64_t seed);
-/* Index of the first non-zero byte, or SIZE_MAX. */
-size_t harness_first_nonzero(const void *p, size_t n);
+/* harness_fill, harness_check, harness_first_nonzero: tests/c/pattern.h. */
 /* A program filling [p, p + n) from its start, as a loop computing what it
  * writes: 2 MiB at a time (each piece harness_fill()ed with seed plus its
  * offset), pause_ms after each.  harness_check_filled() checks such a fill
@@ -212,7 +214,20 @@ size_t harness_check_filled(const void *p, size_t n, uint64_t seed);
 /* Write one byte in every 4 KiB page. */
 void harness_touch(void *p, size_t n);
 
-#define assert_filled(p, n, seed) assert_int_equal(harness_check((p), (n), (seed)), SIZE_MAX)
-#define assert_zeroed(p, n) assert_int_equal(harness_first_nonzero((p), (n)), SIZE_MAX)
+/* Fail naming the first wrong byte ("wrong from byte 2097152 of 4194304"):
+ * where a copy stopped tells which copy it was. */
+#define assert_filled(p, n, seed)                                             \
+	do {                                                                  \
+		size_t n_ = (n), bad_ = harness_check((p), n_, (seed));      \
+		if (bad_ != SIZE_MAX)                                         \
+			fail_msg("%s: pattern %s wrong from byte %zu of %zu", #p, \
+				 #seed, bad_, n_);                            \
+	} while (0)
+#define assert_zeroed(p, n)                                                   \
+	do {                                                                  \
+		size_t n_ = (n), bad_ = harness_first_nonzero((p), n_);       \
+		if (bad_ != SIZE_MAX)                                         \
+			fail_msg("%s: byte %zu of %zu is not zero", #p, bad_, n_); \
+	} while (0)
 
 #endif

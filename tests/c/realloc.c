@@ -1,13 +1,18 @@
 /* hp_realloc keeps contents across every transition: small<->small,
  * small<->thp, thp growth (mremap, no copy: the kernel shows the same
- * physical pages, and growing costs no page fault) and shrink (the tail
+ * physical pages, and growing costs no page fault; in place, or moved
+ * when something is mapped after the block) and shrink (the tail
  * leaves the address space), small<->hugetlb, hugetlb growth (mremap
  * cannot grow hugetlb: copy) and shrink, thp<->hugetlb; and a failed
- * realloc leaves the block untouched. */
+ * realloc leaves the block untouched.  Every copy path -- through
+ * hp_realloc, hp_ctx_realloc and hp_huge_realloc (the preload library's
+ * and CPython's raw domain's realloc) -- keeps every byte of
+ * min(old, new). */
 #include "harness.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 /* Reallocs p (holding `old` bytes of pattern `seed`) to `size`, checks the
  * preserved prefix and the backend, refills with the same pattern. */
@@ -122,6 +127,30 @@ static void test_thp_grow_without_copy(void **state)
 	hp_free(p);
 }
 
+/* A THP block that cannot grow in place (a page mapped right after it)
+ * moves: its page tables go to a fresh reservation, still no copy, every
+ * byte kept. */
+static void test_thp_grow_moving(void **state)
+{
+	(void)state;
+	thp_knobs();
+	char *p = hp_malloc(4 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 4 * MiB, 8);
+	void *neighbour = harness_block_neighbour(p, 4 * MiB);
+	uint64_t copies = harness_stat(HP_STAT_REALLOC_COPIES);
+	char *q = hp_realloc(p, 64 * MiB);
+	assert_non_null(q);
+	assert_ptr_not_equal(q, p);
+	assert_int_equal(harness_stat(HP_STAT_REALLOC_COPIES), copies);
+	assert_filled(q, 4 * MiB, 8);
+	assert_int_equal((uintptr_t)q % (2 * MiB), 0);
+	harness_fill(q, 64 * MiB, 8);
+	hp_free(q);
+	if (neighbour)
+		munmap(neighbour, 4096);
+}
+
 static void test_thp_shrink(void **state)
 {
 	(void)state;
@@ -197,6 +226,86 @@ static void test_thp_hugetlb_transitions(void **state)
 	hp_free(p);
 }
 
+/* ---- the copy paths, every byte ---------------------------------------------
+ * A huge block that cannot be resized in place is copied: by heap.c
+ * (hp_realloc, hp_ctx_realloc) or by huge_api.c (hp_huge_realloc).  Only
+ * two kinds of request get there: a hugetlb block growing, or shrinking
+ * below half (mremap cannot resize hugetlb), and a block reallocated
+ * through a context of another NUMA policy (the copy is placed anew).
+ * Each step checks every byte kept, then refills the block with the next
+ * seed: a block the cache hands back still holds an older pattern, which
+ * must not pass for the copy. */
+enum entry { VIA_REALLOC, VIA_CTX_REALLOC, VIA_HUGE_REALLOC };
+static const char *const entry_names[] = { "hp_realloc", "hp_ctx_realloc", "hp_huge_realloc" };
+
+static void *copy_step(enum entry via, void *ctx, void *p, size_t old, size_t size,
+		       uint64_t seed, int backend)
+{
+	uint64_t copies = harness_stat(HP_STAT_REALLOC_COPIES);
+	void *q = NULL;
+
+	switch (via) {
+	case VIA_REALLOC: q = hp_realloc(p, size); break;
+	case VIA_CTX_REALLOC: q = hp_ctx_realloc(ctx, p, size); break;
+	case VIA_HUGE_REALLOC: assert_int_equal(hp_huge_realloc(ctx, p, size, &q), 0); break;
+	}
+	assert_non_null(q);
+	/* the premise: this step took the copy path */
+	assert_int_equal(harness_stat(HP_STAT_REALLOC_COPIES), copies + 1);
+	size_t kept = old < size ? old : size, bad = harness_check(q, kept, seed);
+	if (bad != SIZE_MAX)
+		fail_msg("%s %zu -> %zu bytes: wrong from byte %zu of the %zu kept",
+			 entry_names[via], old, size, bad, kept);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(q, &b), 0);
+	assert_int_equal(b.backend, backend);
+	harness_fill(q, size, seed + 1);
+	return q;
+}
+
+/* 4 -> 16 -> 4 MiB on 2 MiB pages, with the cache on: the shrink's copy
+ * lands in the 4 MiB block the growth left in the cache. */
+static void test_hugetlb_copies_every_byte(void **state)
+{
+	(void)state;
+	hugetlb_knobs();
+	harness_knob("cache_max", "1G");
+	void *numpy = hp_ctx(HP_ORIGIN_NUMPY, 0);
+	for (enum entry via = VIA_REALLOC; via <= VIA_HUGE_REALLOC; via++) {
+		void *p = hp_malloc(4 * MiB);
+		assert_non_null(p);
+		harness_fill(p, 4 * MiB, 20 + via * 10);
+		p = copy_step(via, numpy, p, 4 * MiB, 16 * MiB, 20 + via * 10, HP_BACKEND_HUGETLB);
+		p = copy_step(via, numpy, p, 16 * MiB, 4 * MiB, 21 + via * 10, HP_BACKEND_HUGETLB);
+		hp_free(p);
+	}
+	hp_cache_flush();
+}
+
+/* A THP block placed by default, grown 8 -> 16 MiB under "local" and shrunk
+ * to 6 MiB under the default again: each a copy.  hp_realloc takes the
+ * policy from the knob, the others from their context. */
+static void test_other_policy_copies_every_byte(void **state)
+{
+	(void)state;
+	thp_knobs();
+	void *local = hp_ctx_numa(hp_ctx(HP_ORIGIN_NUMPY, 0), "local");
+	if (!local)
+		harness_skip("this hpalloc takes no NUMA policy (built --without-libnuma, or a "
+			     "kernel without NUMA): no block has another policy to be copied under");
+	void *plain = hp_ctx(HP_ORIGIN_NUMPY, 0);
+	for (enum entry via = VIA_REALLOC; via <= VIA_HUGE_REALLOC; via++) {
+		void *p = hp_malloc(8 * MiB);
+		assert_non_null(p);
+		harness_fill(p, 8 * MiB, 50 + via * 10);
+		harness_knob("numa", via == VIA_REALLOC ? "local" : "default");
+		p = copy_step(via, local, p, 8 * MiB, 16 * MiB, 50 + via * 10, HP_BACKEND_THP);
+		harness_knob("numa", "default");
+		p = copy_step(via, plain, p, 16 * MiB, 6 * MiB, 51 + via * 10, HP_BACKEND_THP);
+		hp_free(p);
+	}
+}
+
 static void test_failed_realloc_keeps_block(void **state)
 {
 	(void)state;
@@ -223,9 +332,12 @@ int main(int argc, char **argv)
 		HTEST(test_small_transitions),
 		HTEST(test_small_thp_round_trip),
 		HTEST(test_thp_grow_without_copy),
+		HTEST(test_thp_grow_moving),
 		HTEST(test_thp_shrink),
 		HTEST(test_hugetlb_transitions),
 		HTEST(test_thp_hugetlb_transitions),
+		HTEST(test_hugetlb_copies_every_byte),
+		HTEST(test_other_policy_copies_every_byte),
 		HTEST(test_failed_realloc_keeps_block),
 	};
 

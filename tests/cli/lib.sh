@@ -190,6 +190,31 @@ start_watch() {
 	fail "knobwatch $watch_pid never published $CTL/proc/$watch_pid/stats"
 }
 
+# ---- a holder in the background (tests/cli/holder.c) ------------------------
+# start_holder SIZE...: a background holder (a block of each SIZE live,
+# one more of the first SIZE cached); its pid in $holder_pid.  Variables
+# set on the call (VAR=VALUE start_holder ...) reach it.
+HOLDER=${HOLDER:-$builddir/tests/cli/holder}
+start_holder() {
+	local out=$tmp/holder.$RANDOM$RANDOM
+	[ -x "$HOLDER" ] || { echo "holder not built at $HOLDER" >&2; exit 99; }
+	"$HOLDER" -t 120 "$@" >"$out" 2>&1 &
+	bg_pids+=("$!")
+	holder_pid=$!
+	wait_for "$out" '^ready' 10 || fail "holder $* did not start: $(cat "$out")"
+}
+
+# ---- what the kernel says of a process ----------------------------------------
+# hp_memory FUNCTION PID: what tests/python/hp_memory.py, the tests' one
+# reader of smaps, says of the process (bytes): process_huge_bytes (on
+# huge pages), hg_bytes (in mappings advised MADV_HUGEPAGE: hpalloc's THP
+# blocks, live or cached).
+hp_memory_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../python" && pwd)
+hp_memory() {
+	python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import hp_memory
+print(getattr(hp_memory, sys.argv[2])(sys.argv[3]))' "$hp_memory_dir" "$1" "$2"
+}
+
 # ---- a knobwatch in the background (fresh-root.sh, fresh-user.sh) ----------
 # kw_start PROGRAM PREFIX...: `PREFIX... PROGRAM -t 60 threshold` in the
 # background (PREFIX: env VAR=VALUE..., or a wrapper that switches user),

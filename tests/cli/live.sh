@@ -2,7 +2,8 @@
 # Running processes: a change in the control directory reaches them within
 # 1 s without a restart; per-process overrides (hpctl -p PID) reach only
 # that process and beat the environment; their stats are published, shown
-# by hpctl stats, removed at exit; entries of killed processes are pruned.
+# by hpctl stats, removed at exit; entries of killed processes are pruned;
+# a lowered cache_max takes back what a process has cached.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
 [ -x "$KNOBWATCH" ] || { echo "knobwatch not built at $KNOBWATCH" >&2; exit 99; }
@@ -180,5 +181,38 @@ case $out in *"\"pid\":$$,"*) fail "stats lists the recycled pid $$" ;; esac
 ok
 expect 1 "$HPCTL" -p "$pid3" get
 expect 0 "$HPCTL" stats "$pid1"
+
+# ---- a lowered cache_max reaches what a process has cached ------------------------------------
+# holder keeps one 64 MiB block live and one cached; its decay is 10
+# minutes (environment), so only the lowered bound can take the cached
+# block: gone from the process's count (cached_bytes, published each
+# janitor period) and from its mappings (smaps) within 2 s -- the change
+# reaches it within 1 s, the release follows.
+HPALLOC_MODE=thp HPALLOC_THRESHOLD=1M HPALLOC_CACHE_DECAY_MS=600000 start_holder 64M
+hpid=$holder_pid
+cached_of() { published_stat "$(published "$1")" cached_bytes; }
+for i in $(seq 40); do
+	[ "$(cached_of "$hpid")" -ge $((64 << 20)) ] && break
+	sleep 0.05
+done
+[ "$(cached_of "$hpid")" -ge $((64 << 20)) ] || fail "holder $hpid published $(cached_of "$hpid") cached bytes, not 64 MiB"
+hg_before=$(hp_memory hg_bytes "$hpid")
+[ "$hg_before" -ge $((128 << 20)) ] || fail "holder $hpid has $hg_before bytes of THP blocks mapped, not its two of 64 MiB"
+ok
+t0=$(date +%s%N)
+expect 0 "$HPCTL" set cache_max=8M
+while :; do
+	cached=$(cached_of "$hpid")
+	hg=$(hp_memory hg_bytes "$hpid")
+	[ "$cached" -le $((8 << 20)) ] && [ "$hg" -le $((hg_before - (64 << 20))) ] && break
+	[ "$(ms_since "$t0")" -ge 2000 ] &&
+		fail "2 s after hpctl set cache_max=8M, holder $hpid has $cached bytes cached and" \
+			"$hg of THP blocks mapped (before: $hg_before)"
+	sleep 0.05
+done
+echo "cache_max=8M: the cached 64 MiB block left holder $hpid in $(ms_since "$t0") ms" \
+	"($cached bytes cached, THP blocks mapped $hg_before -> $hg bytes)"
+ok
+expect 0 "$HPCTL" reset cache_max
 
 done_ok

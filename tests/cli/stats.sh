@@ -6,18 +6,6 @@
 # processes published (--json, raw bytes) and against their own smaps.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
-HOLDER=${HOLDER:-$builddir/tests/cli/holder}
-[ -x "$HOLDER" ] || { echo "holder not built at $HOLDER" >&2; exit 99; }
-
-# start_holder SIZE...: a background holder; its pid in $holder_pid.
-start_holder() {
-	local out=$tmp/holder.$RANDOM$RANDOM
-	"$HOLDER" -t 120 "$@" >"$out" 2>&1 &
-	bg_pids+=("$!")
-	holder_pid=$!
-	wait_for "$out" '^ready' 10 || fail "holder $* did not start: $(cat "$out")"
-}
-
 # huge_of PID: live huge bytes (THP + hugetlb) the process last published.
 huge_of() {
 	"$HPCTL" --json stats "$1" 2>/dev/null | python3 -c '
@@ -61,14 +49,6 @@ published() {
 	fail "process $1 never published $2 huge bytes (last: $(huge_of "$1"))"
 }
 
-# smaps_huge PID: huge bytes of the whole process, bytes, as the tests' one
-# reader of smaps counts them (tests/python/hp_memory.py).
-hp_memory_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../python" && pwd)
-smaps_huge() {
-	python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import hp_memory
-print(hp_memory.process_huge_bytes(sys.argv[2]))' "$hp_memory_dir" "$1"
-}
-
 # ---- nobody publishes yet --------------------------------------------------------
 expect 0 "$HPCTL" stats
 contains "$out" "no live process publishes hpalloc stats in $CTL/proc: " "empty"
@@ -90,7 +70,7 @@ contains "$err" "does not publish" "a process that never went huge"
 [ ! -e "$CTL/proc/$idle" ] || fail "$idle, never huge, published $CTL/proc/$idle"
 ok
 # what hpctl will show is what the kernel backs (the cached block aside)
-[ "$(smaps_huge "$big")" -ge $((64 << 20)) ] || fail "smaps of $big: $(smaps_huge "$big") huge bytes"
+[ "$(hp_memory process_huge_bytes "$big")" -ge $((64 << 20)) ] || fail "smaps of $big: $(hp_memory process_huge_bytes "$big") huge bytes"
 ok
 
 expect 0 "$HPCTL" stats

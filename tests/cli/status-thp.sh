@@ -7,7 +7,6 @@
 # 64 KiB folios, per the kernel's own counter.
 . "${srcdir:-.}/tests/cli/lib.sh"
 
-HOLDER=${HOLDER:-$builddir/tests/cli/holder}
 THP=/sys/kernel/mm/transparent_hugepage
 [ -r "$THP/enabled" ] || skip_test thp "this kernel has no transparent huge pages"
 

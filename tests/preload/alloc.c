@@ -1,8 +1,9 @@
 /* Every allocation function of an unmodified program under the preload
  * library: results as glibc would give them, large blocks on huge pages,
- * small ones not, as /proc/self/smaps says.  Knobs: mode=auto (THP without
- * a pool), threshold 1M (the default), cache on.  Last, with a 2 MiB pool
- * (root), malloc(64 MiB) lands on hugetlb pages. */
+ * small ones not, as /proc/self/smaps says; a realloc that must copy keeps
+ * every byte.  Knobs: mode=auto (THP without a pool), threshold 1M (the
+ * default), cache on.  Last, with a 2 MiB pool (root), malloc(64 MiB)
+ * lands on hugetlb pages, and reallocs there copy. */
 #include "common.h"
 
 #include <errno.h>
@@ -122,8 +123,10 @@ static void test_realloc(void)
 	char *s = after_realloc(realloc(r, 3000)); /* huge -> small: back to glibc */
 	CHECK(check(s, 3000, 3), "contents after huge -> small");
 	small_block(s, 3000, "realloc 200 MiB -> 3000");
+	fill(s, 3000, 6);
 	char *t = after_realloc(reallocarray(s, 4 * MiB, 4)); /* small -> huge again */
 	huge_block(t, 16 * MiB, "reallocarray(4M, 4)");
+	CHECK(check(t, 3000, 6), "contents after reallocarray small -> huge");
 	errno = 0;
 	CHECK(reallocarray(t, half_max, 4) == NULL && errno == ENOMEM, "reallocarray overflow");
 	CHECK(hpalloc_owns(t), "overflowing reallocarray freed the block");
@@ -134,11 +137,47 @@ static void test_realloc(void)
 	free(n);
 }
 
+/* realloc of a huge block that cannot be resized in place copies it
+ * (hp_huge_realloc): a hugetlb block growing or shrinking below half, a
+ * block resized under another NUMA policy.  Every byte of min(old, new)
+ * must be kept; the block is refilled with the next seed after each step,
+ * so an older fill of a block the cache hands back cannot pass. */
+static char *copied(char *p, size_t old, size_t size, uint64_t seed, const char *what)
+{
+	uint64_t copies = hpalloc_stat("realloc_copies");
+	char *q = after_realloc(realloc(p, size));
+	CHECK(q != NULL, "%s", what);
+	CHECK(hpalloc_stat("realloc_copies") == copies + 1, "%s: no copy, the case tests nothing", what);
+	size_t kept = old < size ? old : size, bad = first_wrong(q, kept, seed);
+	CHECK(bad == SIZE_MAX, "%s: wrong from byte %zu of the %zu kept", what, bad, kept);
+	huge_block(q, size, what);
+	fill(q, size, seed + 1);
+	return q;
+}
+
+static void test_realloc_other_policy(void)
+{
+	char *p = malloc(8 * MiB);
+	huge_block(p, 8 * MiB, "malloc(8 MiB)");
+	fill(p, 8 * MiB, 4);
+	if (hpalloc_knob("numa", "local") != 0) {
+		preload_skip_part("other", "preload/alloc: realloc under another NUMA policy",
+				  "this hpalloc takes no policy (built --without-libnuma, or a "
+				  "kernel without NUMA)");
+		free(p);
+		return;
+	}
+	p = copied(p, 8 * MiB, 16 * MiB, 4, "realloc 8 -> 16 MiB under numa=local");
+	CHECK(hpalloc_knob("numa", "default") == 0, "numa=default");
+	p = copied(p, 16 * MiB, 6 * MiB, 5, "realloc 16 -> 6 MiB under numa=default");
+	free(p);
+}
+
 static void test_hugetlb(void)
 {
 	char why[256];
 	if (!pool_reserve_2m(80, why, sizeof(why))) {
-		printf("note: hugetlb case skipped: %s\n", why);
+		preload_skip_part("hugetlb", "preload/alloc: hugetlb blocks", why);
 		return;
 	}
 	/* mode=auto prefers a pool that can hold the block and as many pages
@@ -152,6 +191,23 @@ static void test_hugetlb(void)
 	fill(p, BIG, 9);
 	CHECK(check(p, BIG, 9), "hugetlb contents");
 	free(p);
+
+	/* 4 -> 16 -> 4 MiB on hugetlb pages: copies (mremap cannot resize
+	 * them), the shrink's into the 4 MiB block the growth left in the
+	 * cache.  Nothing cached before, so that every block is fresh from
+	 * the pool or that block. */
+	hpalloc_cache_flush();
+	char *q = malloc(4 * MiB);
+	CHECK(q && harness_smaps_range(q, 4 * MiB, &r) == 0 && r.kernel_page_size == 2 * MiB,
+	      "malloc(4 MiB) not on hugetlb pages");
+	fill(q, 4 * MiB, 10);
+	q = copied(q, 4 * MiB, 16 * MiB, 10, "realloc 4 -> 16 MiB on hugetlb pages");
+	CHECK(harness_smaps_range(q, 16 * MiB, &r) == 0 && r.kernel_page_size == 2 * MiB,
+	      "realloc 4 -> 16 MiB left hugetlb pages");
+	q = copied(q, 16 * MiB, 4 * MiB, 11, "realloc 16 -> 4 MiB on hugetlb pages");
+	CHECK(harness_smaps_range(q, 4 * MiB, &r) == 0 && r.kernel_page_size == 2 * MiB,
+	      "realloc 16 -> 4 MiB left hugetlb pages");
+	free(q);
 }
 
 int main(int argc, char **argv)
@@ -161,6 +217,7 @@ int main(int argc, char **argv)
 	test_malloc_calloc();
 	test_aligned();
 	test_realloc();
+	test_realloc_other_policy();
 	CHECK(hpalloc_stat("preload_huge_bytes") == 0, "live preload bytes left: %llu",
 	      (unsigned long long)hpalloc_stat("preload_huge_bytes"));
 	test_hugetlb();

@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include "hpalloc.h" /* types only: the functions are looked up at run time */
+#include "../c/caps.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -155,6 +156,18 @@ void preload_test_init(int argc, char **argv, const char *const *knobs, const ch
 #endif
 }
 
+void preload_skip_part(const char *cap, const char *name, const char *why)
+{
+	size_t n;
+	caps_read(NULL, &n); /* any name: the cmocka harness refuses unknown ones */
+	if (caps_required(cap)) {
+		fprintf(stderr, "FAIL: required capability %s (HPALLOC_TEST_REQUIRE) is missing: "
+			"%s: %s\n", cap, name, why);
+		exit(1);
+	}
+	printf("SKIP(%s): %s: %s\n", cap, name, why);
+}
+
 void preload_pass(const char *name)
 {
 	printf("PASS: %s (%d checks)\n", name, preload_checks);
@@ -203,6 +216,21 @@ bool hpalloc_owns(const void *p)
 	return owns(p) == 1;
 }
 
+int hpalloc_knob(const char *name, const char *value)
+{
+	int (*set)(const char *, const char *) =
+		(int (*)(const char *, const char *))dlsym_default("hp_knob_set");
+	return set(name, value);
+}
+
+void hpalloc_cache_flush(void)
+{
+	void (*flush)(void) = (void (*)(void))dlsym_default("hp_cache_flush");
+	void (*drain)(void) = (void (*)(void))dlsym_default("hp_release_drain");
+	flush();
+	drain();
+}
+
 uint64_t hpalloc_stat(const char *name)
 {
 	int (*get)(struct hp_stats *) = (int (*)(struct hp_stats *))dlsym_default("hp_stats_get");
@@ -238,39 +266,25 @@ void *after_realloc(void *p)
 
 /* ---- contents ----------------------------------------------------------------- */
 
-static uint64_t next_word(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
+/* tests/c/pattern.c's pattern, one for every test. */
 void fill(void *p, size_t n, uint64_t seed)
 {
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		c[i] = (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8));
+	harness_fill(p, n, seed);
+}
+
+size_t first_wrong(const void *p, size_t n, uint64_t seed)
+{
+	return harness_check(p, n, seed);
 }
 
 bool check(const void *p, size_t n, uint64_t seed)
 {
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	const unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		if (c[i] != (unsigned char)(i % 4096 == 0 || i < 64 ? next_word(&x) : x >> (i % 8 * 8)))
-			return false;
-	return true;
+	return harness_check(p, n, seed) == SIZE_MAX;
 }
 
 bool all_zero(const void *p, size_t n)
 {
-	const unsigned char *c = p;
-	for (size_t i = 0; i < n; i++)
-		if (c[i])
-			return false;
-	return true;
+	return harness_first_nonzero(p, n) == SIZE_MAX;
 }
 
 /* ---- hugetlb pool ------------------------------------------------------------------ */

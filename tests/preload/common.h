@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../c/pattern.h"
 #include "../c/smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -42,6 +43,11 @@ extern int preload_checks;
 		preload_checks++;                                             \
 	} while (0)
 void preload_pass(const char *name); /* prints the count, exits 0 */
+/* A part of the program cannot run here, because the machine lacks cap
+ * (tests/capabilities; "other": no capability): one line
+ * "SKIP(cap): name: why", which tests/skip-driver counts -- or, when
+ * HPALLOC_TEST_REQUIRE names cap, a failure. */
+void preload_skip_part(const char *cap, const char *name, const char *why);
 
 /* What /proc/self/smaps says about the mappings overlapping a range:
  * harness_smaps_range(), tests/c/smaps.h (the C tests' one reader). */
@@ -57,6 +63,11 @@ bool hpalloc_owns(const void *p);
 void *dlsym_default(const char *name); /* exits 1 if absent */
 void *dlsym_default_opt(const char *name); /* NULL if absent */
 uint64_t hpalloc_stat(const char *name);
+/* hp_knob_set (0, or -1 when the library refuses the value) of the
+ * library under the program; its hp_cache_flush and hp_release_drain:
+ * the cached blocks back with the kernel when it returns. */
+int hpalloc_knob(const char *name, const char *value);
+void hpalloc_cache_flush(void);
 
 /* Call on the result of every realloc: under valgrind, memcheck does not
  * follow mremap(MREMAP_FIXED) growing a block onto a PROT_NONE reservation
@@ -66,8 +77,11 @@ uint64_t hpalloc_stat(const char *name);
  * what the kernel did; a no-op otherwise. */
 void *after_realloc(void *p);
 
-/* Deterministic contents. */
+/* Deterministic contents, tests/c/pattern.h's: fill(p, n, seed) writes a
+ * prefix of the same position-dependent pattern whatever n; first_wrong
+ * gives the offset of the first byte that differs from it, or SIZE_MAX. */
 void fill(void *p, size_t n, uint64_t seed);
+size_t first_wrong(const void *p, size_t n, uint64_t seed);
 bool check(const void *p, size_t n, uint64_t seed);
 bool all_zero(const void *p, size_t n);
 

@@ -5,7 +5,9 @@
  * blocks that the kernel backs with huge pages, fork a grandchild doing the
  * same, and exit -- within a deadline, so a lock left held by a thread that
  * did not survive the fork fails the test instead of hanging it.  The
- * parent's own blocks stay intact whatever its children did with theirs. */
+ * parent's own blocks stay intact whatever its children did with theirs.
+ * The workers check every byte of their blocks: before a free, after a
+ * realloc (min(old, new) of them), and a calloc's zeros. */
 #include "common.h"
 
 #include <malloc.h>
@@ -33,24 +35,28 @@ static void *fork_load_worker(void *arg)
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		int i = (int)(x % 8);
 		if (keep[i]) {
-			CHECK(check(keep[i], sizes[i] < 4096 ? sizes[i] : 4096, seeds[i]),
-			      "worker block changed");
+			size_t bad = first_wrong(keep[i], sizes[i], seeds[i]);
+			CHECK(bad == SIZE_MAX, "worker block of %zu bytes changed from byte %zu",
+			      sizes[i], bad);
 			free(keep[i]);
 		}
 		seeds[i] = x >> 8;
 		sizes[i] = x % 3 == 0 ? 2 * MiB + x % (8 * MiB) : 16 + x % 8000;
-		keep[i] = x % 2 ? malloc(sizes[i]) : calloc(1, sizes[i]);
+		bool zeroed = x % 2 == 0;
+		keep[i] = zeroed ? calloc(1, sizes[i]) : malloc(sizes[i]);
 		CHECK(keep[i] != NULL, "worker allocation");
-		fill(keep[i], sizes[i] < 4096 ? sizes[i] : 4096, seeds[i]);
+		CHECK(!zeroed || all_zero(keep[i], sizes[i]), "calloc(1, %zu) not zeroed", sizes[i]);
+		fill(keep[i], sizes[i], seeds[i]);
 		if (x % 5 == 0) { /* across the threshold and back */
 			size_t n = sizes[i] >= MiB ? 3000 : 3 * MiB;
 			char *q = after_realloc(realloc(keep[i], n));
 			CHECK(q != NULL, "worker realloc");
-			size_t kept = sizes[i] < n ? sizes[i] : n;
-			CHECK(check(q, kept < 4096 ? kept : 4096, seeds[i]), "realloc lost data");
+			size_t kept = sizes[i] < n ? sizes[i] : n, bad = first_wrong(q, kept, seeds[i]);
+			CHECK(bad == SIZE_MAX, "worker realloc %zu -> %zu bytes: wrong from byte %zu",
+			      sizes[i], n, bad);
 			keep[i] = q;
 			sizes[i] = n;
-			fill(q, n < 4096 ? n : 4096, seeds[i]);
+			fill(q, n, seeds[i]);
 		}
 	}
 	for (int i = 0; i < 8; i++)

@@ -1,7 +1,8 @@
 /* 8 threads of random allocations under the preload library: malloc,
  * calloc, realloc across the threshold both ways, posix_memalign, frees
  * of blocks another thread allocated; every block's contents checked
- * before it is resized or freed.  A quarter of the requests are at or above
+ * before it is resized or freed, every byte a realloc keeps checked after
+ * it, every byte of a calloc checked zero.  A quarter of the requests are at or above
  * the threshold (1 MiB here), and the large blocks alive at the end must be
  * on huge pages, the small ones not.  A small threshold (64 KiB) and a
  * small cache make the huge path, the cache and the release ring busy. */
@@ -42,8 +43,9 @@ static size_t random_size(uint64_t *x)
 	}
 }
 
-/* Contents are checked on a sample: the first and last KiB and one page
- * per MiB, so that 8 threads x 3000 rounds stay quick. */
+/* Between operations, contents are checked on a sample: the first and
+ * last KiB and 64 bytes per MiB, so that 8 threads x 3000 rounds stay
+ * quick.  A realloc, which may copy, is checked on every byte it keeps. */
 static void stamp(char *p, size_t n, uint64_t seed)
 {
 	size_t head = n < KiB ? n : KiB;
@@ -70,7 +72,7 @@ static void *new_block(size_t size, uint64_t *x)
 	case 0: p = malloc(size); break;
 	case 1:
 		p = calloc(1, size);
-		CHECK(p && all_zero(p, size < 8192 ? size : 8192), "calloc(%zu) not zeroed", size);
+		CHECK(p && all_zero(p, size), "calloc(%zu) not zeroed", size);
 		break;
 	default:
 		CHECK(posix_memalign(&p, (size_t)64 << (rnd(x) % 6), size) == 0, "posix_memalign");
@@ -90,10 +92,13 @@ static void one_round(uint64_t *x)
 		free(s->p);
 		s->p = NULL;
 	} else if (s->p && action == 1) {
+		uint64_t whole = rnd(x);
+		fill(s->p, s->size, whole);
 		char *q = after_realloc(realloc(s->p, size));
 		CHECK(q != NULL, "realloc(%zu)", size);
-		size_t kept = size < s->size ? size : s->size;
-		CHECK(check(q, kept < KiB ? kept : KiB, s->seed), "realloc lost the contents");
+		size_t kept = size < s->size ? size : s->size, bad = first_wrong(q, kept, whole);
+		CHECK(bad == SIZE_MAX, "realloc %zu -> %zu bytes: wrong from byte %zu of the %zu kept",
+		      s->size, size, bad, kept);
 		s->p = q;
 	} else {
 		if (s->p)

@@ -8,6 +8,7 @@ the tests use whatever `hpalloc` is importable (an installed copy).
 """
 
 import ctypes
+import mmap
 import os
 import subprocess
 import sys
@@ -153,6 +154,49 @@ def hugetlb_pool():
 
 def data_address(arr):
     return arr.__array_interface__["data"][0]
+
+
+# ---- contents -----------------------------------------------------------------
+# Made and compared 1 MiB at a time in memory of their own (an anonymous
+# mmap): NumPy madvises its arrays of 4 MiB and more MADV_HUGEPAGE, which
+# would leave THP-advised memory in glibc's heap -- seen as hpalloc
+# mappings left behind by the tests that count them (hg_bytes).
+PATTERN_STEP = MiB
+
+
+def _pattern_words(first, count, seed):
+    words = np.arange(first, first + count, dtype=np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+    words += np.uint64((seed * 0x9E3779B97F4A7C15 + 1) % (1 << 64))
+    words ^= words >> np.uint64(31)
+    return words.view(np.uint8)
+
+
+def pattern(n, seed):
+    """n bytes (a NumPy uint8 array) in which every 8-byte word depends on
+    the seed and its position, as the C tests' harness_fill: a copy that
+    stopped short or started at the wrong place cannot match, nor can an
+    older fill of the same block with another seed.  A prefix of the same
+    pattern whatever n."""
+    out = np.frombuffer(mmap.mmap(-1, max(n, 1)), dtype=np.uint8, count=n)
+    for off in range(0, n, PATTERN_STEP):
+        m = min(PATTERN_STEP, n - off)
+        out[off:off + m] = _pattern_words(off // 8, (m + 7) // 8, seed)[:m]
+    return out
+
+
+def first_wrong(buf, n, seed):
+    """Offset of the first of the first n bytes of buf (any buffer: bytes,
+    bytearray, ctypes.string_at's) that differs from pattern(n, seed), or
+    None."""
+    view = memoryview(buf).cast("B")
+    for off in range(0, n, PATTERN_STEP):
+        m = min(PATTERN_STEP, n - off)
+        got = np.frombuffer(view[off:off + m], dtype=np.uint8)
+        bad = np.flatnonzero(got != _pattern_words(off // 8, (m + 7) // 8, seed)[:m])
+        del got  # no export left: buf may be resized once this returns
+        if bad.size:
+            return off + int(bad[0])
+    return None
 
 
 # ---- subprocesses -----------------------------------------------------------

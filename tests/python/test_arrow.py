@@ -18,7 +18,7 @@ pa = need("pyarrow", "hpalloc.arrow")
 import pyarrow.compute as pc  # noqa: E402
 
 import hpalloc  # noqa: E402
-from conftest import MiB, run_python  # noqa: E402
+from conftest import MiB, first_wrong, pattern, run_python  # noqa: E402
 from hp_memory import (CHILD, SIZE, assert_huge, hugetlb_of, mapping_range,  # noqa: E402
                        smaps_entry)
 from hpalloc import _hpalloc  # noqa: E402
@@ -128,21 +128,43 @@ def test_mode_off_sends_everything_to_the_replaced_pool(adapter, knobs):
     assert api_bytes() == before
 
 
+def grown_stream():
+    """A 64 MiB buffer grown by Reallocate, 1 MiB written at a time, each
+    MiB a pattern of its own; checked on every byte."""
+    stream = pa.BufferOutputStream()
+    for i in range(SIZE // MiB):
+        stream.write(memoryview(pattern(MiB, 100 + i)))
+    buf = stream.getvalue()
+    assert buf.size == SIZE
+    for i in range(SIZE // MiB):
+        bad = first_wrong(memoryview(buf)[i * MiB:], MiB, 100 + i)
+        assert bad is None, "MiB %d of the grown buffer: wrong from its byte %d" % (i, bad)
+    return stream, buf
+
+
 def test_stream_grown_past_the_threshold_moves_to_huge_pages(adapter, uncached):
     """A resizable buffer grows by Reallocate: from the small pool to
     hpalloc once past the threshold (copy), then within hpalloc."""
-    stream = pa.BufferOutputStream()
-    chunk = bytes(range(256)) * 4096   # 1 MiB
-    for _ in range(SIZE // len(chunk)):
-        stream.write(chunk)
-    buf = stream.getvalue()
-    assert buf.size == SIZE and backend(buf) in HUGE
+    stream, buf = grown_stream()
+    assert backend(buf) in HUGE
     assert_huge(buf.address, SIZE)
-    view = np.frombuffer(buf, dtype=np.uint8)
-    assert (view[:256] == np.arange(256)).all() and (view[-256:] == np.arange(256)).all()
     block = mapping_range(buf.address)
-    del view, buf, stream
+    del buf, stream
     assert gone(block)
+
+
+def test_stream_grown_on_hugetlb_pages_is_copied_whole(adapter, uncached, knobs,
+                                                       hugetlb_pool):
+    """On hugetlb pages a block cannot grow in place (mremap cannot): each
+    Reallocate within hpalloc is hp_huge_realloc's copy, and keeps every
+    byte."""
+    hugetlb_pool(2 * MiB, SIZE // MiB)
+    knobs(mode="hugetlb", pagesize="2M", fallback="fail")
+    copies = hpalloc.stats()["realloc_copies"]
+    stream, buf = grown_stream()
+    assert backend(buf) == "hugetlb"
+    assert hpalloc.stats()["realloc_copies"] > copies, "no copy: the case tests nothing"
+    del buf, stream
 
 
 def test_buffers_freed_by_their_allocator_after_uninstall(uncached):

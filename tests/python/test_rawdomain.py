@@ -15,7 +15,8 @@ import pytest
 import hpalloc
 import hpalloc.numpy as hpnp
 import hpalloc.python as hpy
-from conftest import MiB, data_address, python_env, run_python
+from conftest import (MiB, data_address, first_wrong, pattern, python_env,
+                      run_python)
 from hp_memory import (SIZE, assert_huge, assert_not_huge, buffer_address,
                        hugetlb_of, mapping_range, smaps_entry)
 
@@ -141,20 +142,84 @@ def test_memory_from_before_install_stays_valid(knobs):
     assert old.count(b"x") == SIZE + MiB
 
 
+def assert_kept(buf, n, seed, what):
+    bad = first_wrong(buf, n, seed)
+    assert bad is None, "%s: wrong from byte %d of the %d kept" % (what, bad, n)
+
+
 def test_realloc_crosses_the_threshold_both_ways(raw):
     """A buffer growing past the threshold moves onto huge pages with its
-    contents; shrinking below it moves back to the previous allocator."""
-    b = bytearray(b"a" * 1000)
+    contents; shrinking below it moves back to the previous allocator.
+    Every byte is checked."""
+    b = bytearray(pattern(1000, 5))
     for step in range(70):       # grows by realloc: 1000 B ... ~70 MiB
-        b += bytes([step % 251]) * MiB
+        b += memoryview(pattern(MiB, 100 + step))
     addr = buffer_address(b)
     assert hpnp.backing(b)["backend"] in ("thp", "hugetlb")
     assert_huge(addr, 64 * MiB)
-    assert b[:1000] == b"a" * 1000
-    assert all(b[1000 + s * MiB] == s % 251 for s in range(70))
+    assert_kept(b, 1000, 5, "1000 B grown to 70 MiB")
+    for s in range(70):
+        assert_kept(memoryview(b)[1000 + s * MiB:], MiB, 100 + s, "MiB %d appended" % s)
+    b[:] = memoryview(pattern(len(b), 6))
     del b[4096:]                 # shrinks by realloc, below the threshold
-    assert len(b) == 4096 and b[:1000] == b"a" * 1000
+    assert len(b) == 4096
+    assert_kept(b, 4096, 6, "huge -> 4096 B")
     assert hpnp.backing(b)["backend"] is None
+
+
+def realloc_copies():
+    return hpalloc.stats()["realloc_copies"]
+
+
+def test_realloc_on_hugetlb_keeps_every_byte(raw, knobs, hugetlb_pool):
+    """A hugetlb block cannot be resized in place (mremap cannot): growing
+    4 -> 16 MiB and shrinking back copy it (hp_huge_realloc), every byte
+    of min(old, new) kept.  The shrink's copy lands in the block the
+    growth left in the cache, whose older contents must not pass for the
+    copy: each step refills with another seed."""
+    hugetlb_pool(2 * MiB, 32)
+    knobs(mode="hugetlb", pagesize="2M", fallback="fail")
+    b = bytearray(4 * MiB)
+    assert hpnp.backing(b)["backend"] == "hugetlb"
+    b[:] = memoryview(pattern(4 * MiB, 1))
+    grow = bytes(12 * MiB)
+    copies = realloc_copies()
+    b += grow                       # realloc to 16 MiB (+1: the trailing NUL)
+    assert realloc_copies() == copies + 1, "no copy: the case tests nothing"
+    assert hpnp.backing(b)["backend"] == "hugetlb"
+    assert_kept(b, 4 * MiB, 1, "4 -> 16 MiB")
+    b[:] = memoryview(pattern(16 * MiB, 2))
+    copies = realloc_copies()
+    del b[4 * MiB:]                 # realloc to 4 MiB (+1)
+    assert realloc_copies() == copies + 1, "no copy: the case tests nothing"
+    assert hpnp.backing(b)["backend"] == "hugetlb"
+    assert_kept(b, 4 * MiB, 2, "16 -> 4 MiB")
+
+
+def test_realloc_under_another_numa_policy_keeps_every_byte(raw, knobs):
+    """A THP block resized under another NUMA policy is copied into a block
+    placed by that policy (hp_huge_realloc): 8 -> 16 MiB under "local",
+    16 -> 6 MiB under the default again."""
+    try:
+        hpalloc.parse_knob("numa", "local")
+    except ValueError as e:
+        pytest.skip("this hpalloc takes no NUMA policy here: %s" % e)
+    knobs(mode="thp")
+    b = bytearray(8 * MiB)
+    b[:] = memoryview(pattern(8 * MiB, 3))
+    grow = bytes(8 * MiB)
+    knobs(numa="local")
+    copies = realloc_copies()
+    b += grow
+    assert realloc_copies() == copies + 1, "no copy: the case tests nothing"
+    assert_kept(b, 8 * MiB, 3, "8 -> 16 MiB under numa=local")
+    b[:] = memoryview(pattern(16 * MiB, 4))
+    knobs(numa="default")
+    copies = realloc_copies()
+    del b[6 * MiB:]
+    assert realloc_copies() == copies + 1, "no copy: the case tests nothing"
+    assert_kept(b, 6 * MiB, 4, "16 -> 6 MiB under numa=default")
+    assert hpnp.backing(b)["backend"] == "thp"
 
 
 def test_fallback_fail_raises_memory_error_and_keeps_nothing(raw, knobs,

@@ -18,7 +18,7 @@ import pytest
 
 import hpalloc
 import hpalloc.python as hpy
-from conftest import MiB
+from conftest import MiB, first_wrong, pattern
 from hp_memory import hg_bytes
 
 HAMMER_DIR = os.environ.get("HPALLOC_TEST_RAWHAMMER_DIR")
@@ -97,15 +97,19 @@ def test_ctypes_threads_call_the_raw_domain_without_the_gil(no_leak):
 
     def worker(seed):
         rng = random.Random(seed)
-        for _ in range(60):
+        for i in range(60):
             a, b = rng.randrange(1, 5 * MiB), rng.randrange(1, 5 * MiB)
             p = api.PyMem_RawMalloc(a)
             assert p
-            ctypes.memset(p, seed & 0xFF, a)
+            # a pattern of this round's own: a reused block still holding
+            # an older round's cannot pass for the copy
+            want = pattern(a, seed * 1000 + i)
+            ctypes.memmove(p, want.ctypes.data, a)
             q = api.PyMem_RawRealloc(p, b)
             assert q
-            kept = ctypes.string_at(q, min(a, b))
-            assert kept.count(seed & 0xFF) == min(a, b), "contents lost"
+            kept = min(a, b)
+            bad = first_wrong(ctypes.string_at(q, kept), kept, seed * 1000 + i)
+            assert bad is None, "realloc %d -> %d bytes: wrong from byte %d" % (a, b, bad)
             api.PyMem_RawFree(q)
 
     hpy.install()
