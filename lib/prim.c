@@ -195,7 +195,7 @@ int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why)
 		return -1;
 	}
 	out->hugetlb = (unsigned long)sf.f_type == HUGETLBFS_MAGIC;
-	out->pagesize = out->hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
+	out->kernel_page_size = out->hugetlb ? (size_t)sf.f_bsize : HP_BASE_PAGE;
 	out->len = st.st_size > 0 ? (size_t)st.st_size : 0;
 	out->seals = fcntl(fd, F_GET_SEALS);
 	return 0;

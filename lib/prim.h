@@ -58,7 +58,7 @@ HP_HIDDEN int prim_memfd(const char *name, size_t len, size_t pagesize, unsigned
  * blocks (fstat, then fstatfs, then its seals). */
 struct prim_memfd {
 	size_t len;      /* its size */
-	size_t pagesize; /* hugetlbfs: its page size; shmem: 4096 */
+	size_t kernel_page_size; /* hugetlbfs: its page size; shmem: 4096 */
 	bool hugetlb;
 	int seals;       /* F_GET_SEALS, -1 if it has none to tell */
 };

@@ -182,7 +182,7 @@ static bool sealed_block(int fd, size_t *len, size_t *pagesize)
 			why = "its size is not sealed (F_SEAL_SHRINK, F_SEAL_GROW)";
 		else if (m.seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
 			why = "sealed against writing";
-		else if (m.len == 0 || m.len % m.pagesize)
+		else if (m.len == 0 || m.len % m.kernel_page_size)
 			why = "its size is no multiple of its page size";
 	}
 	if (why) {
@@ -190,7 +190,7 @@ static bool sealed_block(int fd, size_t *len, size_t *pagesize)
 		return false;
 	}
 	*len = m.len;
-	*pagesize = m.hugetlb ? m.pagesize : 0;
+	*pagesize = m.hugetlb ? m.kernel_page_size : 0;
 	return true;
 }
 
