@@ -90,9 +90,9 @@ def worker(results, modules):
             import hpalloc.numba
             import hpalloc.python
             stats = hpalloc.stats()
-            f.write("# adapters python=%s numba=%s huge_blocks=%d\n" % (
+            f.write("# adapters python=%s numba=%s mode=%s huge_blocks=%d\n" % (
                 hpalloc.python.installed(), hpalloc.numba.installed(),
-                stats["cache_hits"] + stats["cache_misses"]))
+                hpalloc.config()["mode"]["value"], stats["cache_hits"] + stats["cache_misses"]))
         for test_id in sorted(RecordingResult.outcomes):
             f.write("%s %s\n" % (test_id, RecordingResult.outcomes[test_id]))
     return 0 if result.wasSuccessful() else 1
@@ -163,9 +163,12 @@ def main():
         env.pop(ADAPTERS_ENV, None)
         env["PYTHONPATH"] = os.pathsep.join([tmp] + ([args.inplace] if args.inplace else []) + [
             p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        for knob in [k for k in env if k.startswith("HPALLOC_")]:
-            env.pop(knob)
+        # The default run gets no HPALLOC_* variable; the hpalloc run the
+        # caller's (CI runs this beside the pool tests with HPALLOC_MODE=thp,
+        # so that it takes no pool page they reserved), over a 64K threshold.
+        knobs = {k: env.pop(k) for k in [k for k in env if k.startswith("HPALLOC_")]}
         hp_env = dict(env, HPALLOC_THRESHOLD="64K", **{ADAPTERS_ENV: "1"})
+        hp_env.update(knobs)
         # The two runs are independent processes, mostly Numba compiling on
         # one CPU each: side by side where there are two.
         with concurrent.futures.ThreadPoolExecutor(
