@@ -433,16 +433,20 @@ void harness_child_passes(const char *name)
 		fail_msg("child %s exited %d:\n%s", name, rc, err);
 }
 
+/* Written beside, then renamed over: a reader the library runs meanwhile
+ * (the janitor's) sees the old file or the new one, never an empty one. */
 void harness_stage_file(const char *root, const char *rel, const char *text)
 {
-	char path[1024], cmd[1200];
+	char path[1024], tmp[1100], cmd[1200];
 	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	snprintf(tmp, sizeof(tmp), "%s.staging", path);
 	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
 	assert_int_equal(system(cmd), 0);
-	FILE *f = fopen(path, "we");
+	FILE *f = fopen(tmp, "we");
 	assert_non_null(f);
 	fprintf(f, "%s\n", text);
-	fclose(f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(rename(tmp, path), 0);
 }
 
 /* ---- knobs ----------------------------------------------------------------------- */

@@ -107,7 +107,8 @@ int harness_run_child(const char *name, const char *const *env,
  * child's stderr unless it exits 0, and skips with it on 77. */
 void harness_child_passes(const char *name);
 /* Writes text and a newline to root/rel, making the directories on the way
- * (a staged sysfs for the tests of a reader). */
+ * (a staged sysfs for the tests of a reader); atomically (a new file
+ * renamed over the old), so the library may read it meanwhile. */
 void harness_stage_file(const char *root, const char *rel, const char *text);
 
 /* ---- knobs ---------------------------------------------------------------- */
