@@ -465,6 +465,21 @@ void harness_knob(const char *name, const char *value)
 	}
 }
 
+void harness_thp_cache(const char *cache_max, const char *decay_ms)
+{
+	harness_need_thp();
+	/* no populate worker: its stack could land where a released block was,
+	 * and /proc/self/maps would count it as the cache's */
+	harness_knob("populate", "off");
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "1M");
+	harness_knob("cache_max", cache_max);
+	harness_knob("cache_decay_ms", decay_ms);
+	harness_janitor_start();
+	hp_cache_flush();
+	hp_release_drain();
+}
+
 void harness_reset(void)
 {
 	hp_knob_unset(NULL);
@@ -753,6 +768,14 @@ size_t harness_mapped(const void *addr, size_t len)
 	if (each_mapping(add_overlap, &o) != 0)
 		return SIZE_MAX;
 	return o.bytes;
+}
+
+size_t harness_still_mapped(void *const *blocks, size_t n, size_t size)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += harness_mapped(blocks[i], size);
+	return total;
 }
 
 struct vma_find {

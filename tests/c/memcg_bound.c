@@ -215,14 +215,7 @@ static void enter(size_t limit)
 /* THP blocks cached for long, the janitor running, the cache empty. */
 static void knobs(void)
 {
-	harness_need_thp();
-	harness_knob("mode", "thp");
-	harness_knob("threshold", "1M");
-	harness_knob("cache_max", "1G");
-	harness_knob("cache_decay_ms", "600000");
-	harness_janitor_start();
-	hp_cache_flush();
-	hp_release_drain();
+	harness_thp_cache("1G", "600000");
 }
 
 static void make_blocks(void **b, int n)
@@ -243,11 +236,8 @@ static void free_all(void **b, int n)
 /* What the kernel still maps of freed blocks: the cache's. */
 static size_t cached_of(void *const *b, int n)
 {
-	size_t total = 0;
 	hp_release_drain();
-	for (int i = 0; i < n; i++)
-		total += harness_mapped(b[i], BLOCK);
-	return total;
+	return harness_still_mapped(b, (size_t)n, BLOCK);
 }
 
 /* The rule: a share of (limit - usage + cached); also_charged is memory

@@ -26,9 +26,7 @@
 #include "harness.h"
 #include "../../lib/internal.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,7 +40,6 @@
 #define WITHIN_MS 3000
 #define V1_DIR "sys/fs/cgroup/memory"
 #define V1_MOUNT "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory"
-#define V2_MOUNT "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate"
 #define NO_LIMIT_V1 "9223372036854771712"
 
 static char root[512];
@@ -60,14 +57,6 @@ static bool ends_with(const char *s, const char *tail)
 
 int open(const char *path, int flags, ...)
 {
-	static int (*real)(const char *, int, ...);
-	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
 	if (root[0] && strncmp(path, root, strlen(root)) == 0 && (long)syscall(SYS_gettid) == main_tid) {
 		atomic_fetch_add(&main_opens, 1);
 		int err = atomic_load(&main_usage_err);
@@ -76,9 +65,11 @@ int open(const char *path, int flags, ...)
 			return -1;
 		}
 	}
-	if (!real)
-		real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
-	return real(path, flags, mode);
+	va_list ap;
+	va_start(ap, flags);
+	int fd = harness_open_next(path, flags, ap);
+	va_end(ap);
+	return fd;
 }
 
 static void put(const char *rel, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -119,14 +110,7 @@ static void stage_v1(size_t limit, size_t usage)
 /* THP blocks cached for long, the janitor running, the cache empty. */
 static void knobs(void)
 {
-	harness_need_thp();
-	harness_knob("mode", "thp");
-	harness_knob("threshold", "1M");
-	harness_knob("cache_max", "1G");
-	harness_knob("cache_decay_ms", "600000");
-	harness_janitor_start();
-	hp_cache_flush();
-	hp_release_drain();
+	harness_thp_cache("1G", "600000");
 }
 
 /* The janitor has looked at the files: the gauge says limit (0: none). */
@@ -157,11 +141,8 @@ static void make_blocks(void **b, uint64_t seed)
 /* What the kernel still maps of freed blocks: the cache's. */
 static size_t cached_of(void *const *b, int n)
 {
-	size_t total = 0;
 	hp_release_drain();
-	for (int i = 0; i < n; i++)
-		total += harness_mapped(b[i], BLOCK);
-	return total;
+	return harness_still_mapped(b, (size_t)n, BLOCK);
 }
 
 static void free_all(void **b, int n)
