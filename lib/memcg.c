@@ -122,26 +122,33 @@ static bool parse_bytes(const char *s, size_t *out)
 	return *s == '\0';
 }
 
-/* A limit file: a limit, or false for "max", a huge number, garbage or
- * no file. */
-static bool read_limit(const char *dir, const char *file, size_t *out)
+/* A limit file: 1 and the limit, 0 for none ("max", or 2^62 and more), -1
+ * if it cannot be read or holds something else. */
+static int read_limit(const char *dir, const char *file, size_t *out)
 {
 	char buf[64];
-	return prim_memcg_read(dir, file, buf, sizeof(buf)) == 0 && parse_bytes(buf, out) && *out < NO_LIMIT;
+	if (prim_memcg_read(dir, file, buf, sizeof(buf)) < 0)
+		return -1;
+	if (strcmp(buf, "max") == 0)
+		return 0;
+	if (!parse_bytes(buf, out))
+		return -1;
+	return *out < NO_LIMIT;
 }
 
-/* The level's limit: v1's, or v2's lower of memory.max and memory.high. */
-static bool level_limit(int version, const char *dir, size_t *out)
+/* The level's limit as read_limit() says it: v1's, or v2's lower of
+ * memory.max and memory.high. */
+static int level_limit(int version, const char *dir, size_t *out)
 {
 	if (version == V1)
 		return read_limit(dir, "memory.limit_in_bytes", out);
 	size_t high;
-	bool has_max = read_limit(dir, "memory.max", out);
-	if (read_limit(dir, "memory.high", &high) && (!has_max || high < *out)) {
+	int max = read_limit(dir, "memory.max", out), hi = read_limit(dir, "memory.high", &high);
+	if (hi == 1 && (max != 1 || high < *out)) {
 		*out = high;
-		return true;
+		return 1;
 	}
-	return has_max;
+	return max == 1 ? 1 : max == 0 || hi == 0 ? 0 : -1;
 }
 
 static bool level_usage(int version, const char *dir, size_t *out)
@@ -272,7 +279,7 @@ static int mount_line(char *line, void *arg)
 
 /* The janitor's view of where the process is.  mountinfo can be long (a
  * host with many containers): it is read again only when /proc/self/cgroup
- * changes (a move) or when no level could be read (unmounted). */
+ * changes (a move) or when no level's limit could be read (unmounted). */
 static struct {
 	struct self_cgroup self;
 	struct mount_search mount;
@@ -302,24 +309,28 @@ struct level {
 	size_t limit, free;
 };
 
-/* Every level from the cgroup up to its mount: the one with the least free
- * under its limit; false if no level has a limit that can be read. */
-static bool binding_level(struct level *best)
+/* Every level from the cgroup up to its mount: 1 and the one with the
+ * least free under its limit; 0 if no level has a limit; -1 if no level's
+ * limit could be read (the mount is gone, or elsewhere now). */
+static int binding_level(struct level *best)
 {
 	char dir[PRIM_MEMCG_PATH_MAX];
 	size_t point_len = strlen(where.mount.point);
-	bool any = false;
+	int found = -1;
 
 	snprintf(dir, sizeof(dir), "%s", where.mount.dir);
 	for (;;) {
 		size_t limit, usage;
-		if (level_limit(where.self.version, dir, &limit) && level_usage(where.self.version, dir, &usage)) {
+		int has = level_limit(where.self.version, dir, &limit);
+		if (has == 0 && found < 0)
+			found = 0;
+		if (has == 1 && level_usage(where.self.version, dir, &usage)) {
 			size_t free = usage < limit ? limit - usage : 0;
-			if (!any || free < best->free) {
+			if (found < 1 || free < best->free) {
 				snprintf(best->dir, sizeof(best->dir), "%s", dir);
 				best->limit = limit;
 				best->free = free;
-				any = true;
+				found = 1;
 			}
 		}
 		char *slash = strrchr(dir, '/');
@@ -327,7 +338,7 @@ static bool binding_level(struct level *best)
 			break;
 		*slash = '\0';
 	}
-	return any;
+	return found;
 }
 
 static void bind(const struct level *l)
@@ -351,8 +362,10 @@ static bool look(void)
 		unbind();
 		return false;
 	}
-	if (!binding_level(&l)) {
+	int found = binding_level(&l);
+	if (found < 0)
 		where.found = false; /* unmounted, moved: mountinfo again next time */
+	if (found <= 0) {
 		unbind();
 		return false;
 	}
