@@ -218,6 +218,15 @@ void harness_need_thp(void);
  * one, then the next open() in lookup order (tests/c/open_next.c: link
  * $(DL_LIBS)). */
 int harness_open_next(const char *path, int flags, va_list ap);
+/* The end of such an open(path, flags, ...): the call passed on. */
+#define HARNESS_OPEN_PASS_ON(path, flags)                                     \
+	do {                                                                  \
+		va_list ap_;                                                  \
+		va_start(ap_, flags);                                         \
+		int fd_ = harness_open_next((path), (flags), ap_);            \
+		va_end(ap_);                                                  \
+		return fd_;                                                   \
+	} while (0)
 
 /* ---- contents ------------------------------------------------------------------ */
 /* harness_fill, harness_check, harness_first_nonzero: tests/c/pattern.h. */
