@@ -1,9 +1,9 @@
 /* Reuse cache for freed huge blocks: NumPy's npy_alloc_cache idea, for
  * large blocks.  Buckets by mapping length (4 classes per power of two),
  * most recently freed first; one LRU list for the cache_max bound and for
- * decay.  All functions run with hp_heap_lock held and never touch memory
- * through the kernel: whatever must go is returned as a list for the
- * caller to release.  The one system call they may make is a log line's
+ * decay.  All functions but cache_keep_resident() (atomic) run with
+ * hp_heap_lock held and never touch memory through the kernel: whatever
+ * must go is returned as a list for the caller to release.  The one system call they may make is a log line's
  * write (the learning decay's, with verbose=2): the application threads
  * that reach one run with cancellation disabled (HP_NOCANCEL_BEGIN), the
  * other is the janitor, hpalloc's own. */
@@ -20,6 +20,37 @@ static int bucket_of(size_t len)
 	int k = 63 - __builtin_clzll((unsigned long long)len);
 	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
 	return 4 * k + sub;
+}
+
+/* ---- blocks left resident ----------------------------------------------------
+ * A THP block is offered to the kernel before it is cached, in the thread
+ * that frees it and outside hp_heap_lock (heap.c's offer_to_kernel() says
+ * why), unless libc would have kept it (policy_libc_would_keep()).  The
+ * bytes so kept are reserved then, atomically, and given back when the
+ * block leaves the cache -- taken, cut or joined, decayed, evicted,
+ * released -- or is not cached after all. */
+static _Atomic size_t kept_bytes;
+
+bool cache_keep_resident(struct hp_block *b)
+{
+	size_t kept = atomic_load_explicit(&kept_bytes, memory_order_relaxed);
+
+	if (b->map.backend != HP_BACKEND_THP)
+		return false;
+	do {
+		if (!policy_libc_would_keep(b->map.len, kept))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&kept_bytes, &kept, kept + b->map.len,
+							memory_order_relaxed, memory_order_relaxed));
+	b->kept = true;
+	return true;
+}
+
+static void unkeep(struct hp_block *b)
+{
+	if (b->kept)
+		atomic_fetch_sub_explicit(&kept_bytes, b->map.len, memory_order_relaxed);
+	b->kept = false;
 }
 
 static void unlink_block(struct hp_block *b)
@@ -43,6 +74,7 @@ static void unlink_block(struct hp_block *b)
 	stat_sub(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_sub(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 	b->reclaimable = 0; /* its next owner writes: the kernel keeps those pages */
+	unkeep(b);
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
@@ -196,6 +228,7 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	size_t max = over_rss_bound() ? 0 : atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
 
 	if (b->map.len > max) {
+		unkeep(b);
 		b->next = NULL;
 		return b;
 	}
