@@ -2,12 +2,12 @@
  * large blocks.  Buckets by mapping length (4 classes per power of two),
  * most recently freed first; one LRU list for the bounds (cache_max, and
  * memcg.c's share of a memory cgroup's headroom) and for decay.  All
- * functions run with hp_heap_lock held and never touch memory through the
- * kernel: whatever must go is returned as a list for the caller to
- * release.  The one system call they may make is a log line's write (the
- * learning decay's, with verbose=2): the application threads that reach
- * one run with cancellation disabled (HP_NOCANCEL_BEGIN), the other is the
- * janitor, hpalloc's own. */
+ * functions but cache_keep_resident() (atomic) run with hp_heap_lock held
+ * and never touch memory through the kernel: whatever must go is returned
+ * as a list for the caller to release.  The one system call they may make
+ * is a log line's write (the learning decay's, with verbose=2): the
+ * application threads that reach one run with cancellation disabled
+ * (HP_NOCANCEL_BEGIN), the other is the janitor, hpalloc's own. */
 #include "internal.h"
 
 #define NBUCKETS (4 * 64)
@@ -29,6 +29,37 @@ static int bucket_of(size_t len)
 	int k = 63 - __builtin_clzll((unsigned long long)len);
 	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
 	return 4 * k + sub;
+}
+
+/* ---- blocks left resident ----------------------------------------------------
+ * A THP block is offered to the kernel before it is cached, in the thread
+ * that frees it and outside hp_heap_lock (heap.c's offer_to_kernel() says
+ * why), unless libc would have kept it (policy_libc_would_keep()).  The
+ * bytes so kept are reserved then, atomically, and given back when the
+ * block leaves the cache -- taken, cut or joined, decayed, evicted,
+ * released -- or is not cached after all. */
+static _Atomic size_t kept_bytes;
+
+bool cache_keep_resident(struct hp_block *b)
+{
+	size_t kept = atomic_load_explicit(&kept_bytes, memory_order_relaxed);
+
+	if (b->map.backend != HP_BACKEND_THP)
+		return false;
+	do {
+		if (!policy_libc_would_keep(b->map.len, kept))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&kept_bytes, &kept, kept + b->map.len,
+							memory_order_relaxed, memory_order_relaxed));
+	b->kept = true;
+	return true;
+}
+
+static void unkeep(struct hp_block *b)
+{
+	if (b->kept)
+		atomic_fetch_sub_explicit(&kept_bytes, b->map.len, memory_order_relaxed);
+	b->kept = false;
 }
 
 static void unlink_block(struct hp_block *b)
@@ -54,6 +85,7 @@ static void unlink_block(struct hp_block *b)
 	stat_sub(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_sub(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 	b->reclaimable = 0; /* its next owner writes: the kernel keeps those pages */
+	unkeep(b);
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
@@ -230,6 +262,7 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	if (b->map.len > max || b->map.len > memcg_max) {
 		if (b->map.len <= max)
 			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
+		unkeep(b);
 		b->next = NULL;
 		return b;
 	}

@@ -74,10 +74,12 @@ static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_m
  * alone and before anybody can take it from the cache: a lazy free issued
  * later (the janitor's) could race a new owner's writes and discard them.
  * hugetlb blocks are not offered: pool pages are not the memory cgroup's
- * (hpalloc(7) says what a cached one costs a cgroup). */
+ * (hpalloc(7) says what a cached one costs a cgroup); nor are blocks libc
+ * would have kept resident itself, up to what it would keep (policy.c's
+ * policy_libc_would_keep(): the offer costs every reuse). */
 void offer_to_kernel(struct hp_block *b)
 {
-	b->reclaimable = os_lazyfree(&b->map);
+	b->reclaimable = cache_keep_resident(b) ? 0 : os_lazyfree(&b->map);
 }
 
 /* cache_rss_max, and a memory cgroup's limit (memcg.c): a fresh mapping

@@ -273,6 +273,7 @@ struct hp_block {
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
+	bool kept;                /* cached and not offered: cache_keep_resident() */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
@@ -348,6 +349,9 @@ HP_HIDDEN size_t small_usable(const void *p);
 /* A huge block of size was freed: let libc learn from it what it would
  * have learnt had the block been its own (small.c says what and why). */
 HP_HIDDEN void small_libc_learn(size_t size);
+/* The mmap threshold libc has learnt from hpalloc's frees so far: the
+ * largest huge block freed, up to glibc's cap; 0 before any. */
+HP_HIDDEN size_t small_libc_learnt(void);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
 /* What a cached block is looked up by: its backend and its placement (a
@@ -387,6 +391,12 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 /* THP blocks out, the oldest first, until the cache is within memcg.c's
  * bound (a fresh mapping is about to be charged to the cgroup). */
 HP_HIDDEN struct hp_block *cache_take_over_memcg(void);
+/* The one function of cache.c called without hp_heap_lock: THP block b
+ * (the caller's, about to be cached) stays resident, not offered to the
+ * kernel, if policy_libc_would_keep() says so of it and the cached blocks
+ * kept so far; its bytes are then counted as kept until it leaves the
+ * cache. */
+HP_HIDDEN bool cache_keep_resident(struct hp_block *b);
 
 /* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
 /* The largest block hpalloc hands out (private or shared), larger than any
@@ -413,6 +423,9 @@ static inline bool policy_keeps(size_t len, size_t size)
 {
 	return size <= len && size >= len / 2;
 }
+/* A cached block of len bytes, with kept bytes of cached blocks already
+ * left resident, stays resident too: libc would have kept it (policy.c). */
+HP_HIDDEN bool policy_libc_would_keep(size_t len, size_t kept);
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
 struct hp_cache_look {

@@ -87,7 +87,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"one of: thp small fail", "thp small fail", "thp",
 		0, 2, parse_choice, format_choice},
 	[KNOB_CACHE_MAX] = {"cache_max", "size",
-		"bytes of freed huge blocks kept for reuse (0 disables the cache); the kernel may take their THP pages back under memory pressure",
+		"bytes of freed huge blocks kept for reuse (0 disables the cache); the kernel may take their THP pages back under memory pressure, but for what glibc would have kept itself (at most 64 MiB)",
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
