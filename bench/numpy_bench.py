@@ -709,11 +709,14 @@ def notes_for(name, s):
     if info.get("big_array"):
         notes.append("gathered array on " + info["big_array"])
     elif info.get("probe_backend"):
-        notes.append("64 MiB array on %s" % info["probe_backend"])
+        notes.append("64 MiB array on %s (%s huge)" % (info["probe_backend"],
+                                                       fmt_bytes(info.get("probe_huge_bytes"))))
     if stats.get("fallbacks"):
         notes.append("%s hugetlb fallbacks" % fmt_count(stats["fallbacks"]))
     if stats.get("cache_hits"):
         notes.append("cache hits %s" % fmt_count(stats["cache_hits"]))
+    if stats.get("memcg_released_bytes"):
+        notes.append("given back for the cgroup %s" % fmt_bytes(stats["memcg_released_bytes"]))
     if name == "libhugetlbfs":
         notes.append("hugetlb used: %s" % fmt_bytes(info.get("hugetlb_peak_bytes", 0)))
     if info.get("ballast"):
@@ -946,8 +949,10 @@ def target_rows(summary, cache_max):
     HP_MODES = hp_modes(summary)
 
     def fmt(w, key, value):
-        if key in ("peak",):
+        if key in ("peak", "cgroup_peak"):
             return fmt_bytes(value)
+        if key == "limit_hits":
+            return fmt_count(value)
         if "faults" in key:
             return fmt_count(value)
         if w == "sparse8G" and key == "median":
@@ -1028,6 +1033,18 @@ def target_rows(summary, cache_max):
                          "%d of %d processes" % (kills, sum(s["runs"] for s in runs)),
                          ", ".join(n for n in HP_MODES if summary[w].get(n, {}).get("runs")),
                          "met" if kills == 0 else "MISSED"))
+    # ... nor why its cgroup sits at the limit (the kernel reclaiming on
+    # every charge: throttled) where NumPy's default would not
+    np_peak = get("pressure", "numpy", "cgroup_peak")
+    if np_peak is not None:
+        add("cgroup peak, pressure (every hpalloc activation)", "pressure",
+            "≤ NumPy default's %s + 64 MiB" % fmt_bytes(np_peak), lambda v: v <= np_peak + 64 * MiB,
+            key="cgroup_peak", pick=worst)
+    for w in ("pressure", "reuse-pressure"):
+        np_hits = get(w, "numpy", "limit_hits")
+        if np_hits is not None:
+            add("limit hits, %s (every hpalloc activation)" % w, w, "≤ NumPy default's (%s)" % fmt_count(np_hits),
+                lambda v, np_hits=np_hits: v <= np_hits, key="limit_hits", pick=worst)
     # what is cached for reuse keeps its pages where nothing presses (the
     # kernel may take them back, MADV_FREE, only under pressure)
     np_reuse = get("reuse", "numpy")
@@ -1038,9 +1055,8 @@ def target_rows(summary, cache_max):
         key="faults", pick=worst)
     for w, *_ in WORKLOADS:
         base = get(w, "numpy", "peak")
-        # under a memory limit a cache may hold up to it (the kernel takes
-        # it back there): those rows have the targets above; sparse8G has
-        # its own bound
+        # the rows under a memory limit have the targets above (the
+        # cgroup's peak and limit hits); sparse8G has its own bound
         if base is None or w in CONTROL_ONLY or w in APPS or w in CGROUP_WORKLOADS or w in OWN_BOUND:
             continue
         limit = peak_limit(base, w, cache_max)

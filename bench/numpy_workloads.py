@@ -588,7 +588,7 @@ def hpalloc_info():
     knobs = {k: v["value"] for k, v in HPALLOC.config().items()}
     keep = ("thp_live_bytes", "hugetlb_live_bytes", "cache_hits", "cache_misses",
             "fallbacks", "failures", "realloc_inplace", "realloc_copies",
-            "populate_ahead_bytes", "populate_saved_us", "populate_threads")
+            "populate_ahead_bytes", "populate_saved_us", "populate_threads", "memcg_released_bytes")
     return {"knobs": knobs, "stats": {k: stats.get(k) for k in keep},
             "cache_max_bytes": HPALLOC.parse_size(knobs["cache_max"])}
 

@@ -1,12 +1,13 @@
 /* Reuse cache for freed huge blocks: NumPy's npy_alloc_cache idea, for
  * large blocks.  Buckets by mapping length (4 classes per power of two),
- * most recently freed first; one LRU list for the cache_max bound and for
- * decay.  All functions run with hp_heap_lock held and never touch memory
- * through the kernel: whatever must go is returned as a list for the
- * caller to release.  The one system call they may make is a log line's
- * write (the learning decay's, with verbose=2): the application threads
- * that reach one run with cancellation disabled (HP_NOCANCEL_BEGIN), the
- * other is the janitor, hpalloc's own. */
+ * most recently freed first; one LRU list for the bounds (cache_max, and
+ * memcg.c's share of a memory cgroup's headroom) and for decay.  All
+ * functions but cache_keep_resident() (atomic) run with hp_heap_lock held
+ * and never touch memory through the kernel: whatever must go is returned
+ * as a list for the caller to release.  The one system call they may make
+ * is a log line's write (the learning decay's, with verbose=2): the
+ * application threads that reach one run with cancellation disabled
+ * (HP_NOCANCEL_BEGIN), the other is the janitor, hpalloc's own. */
 #include "internal.h"
 
 #define NBUCKETS (4 * 64)
@@ -14,12 +15,51 @@
 static struct hp_block *buckets[NBUCKETS];
 static struct hp_block *lru_oldest, *lru_newest;
 static size_t cached_bytes;
+/* Of cached_bytes, the THP blocks': what a memory cgroup is charged for,
+ * and what memcg.c's bound applies to (hugetlb pool pages are not). */
+static size_t charged_bytes;
+
+static bool charged(const struct hp_block *b)
+{
+	return b->map.backend == HP_BACKEND_THP;
+}
 
 static int bucket_of(size_t len)
 {
 	int k = 63 - __builtin_clzll((unsigned long long)len);
 	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
 	return 4 * k + sub;
+}
+
+/* ---- blocks left resident ----------------------------------------------------
+ * A THP block is offered to the kernel before it is cached, in the thread
+ * that frees it and outside hp_heap_lock (heap.c's offer_to_kernel() says
+ * why), unless libc would have kept it (policy_libc_would_keep()).  The
+ * bytes so kept are reserved then, atomically, and given back when the
+ * block leaves the cache -- taken, cut or joined, decayed, evicted,
+ * released -- or is not cached after all. */
+static _Atomic size_t kept_bytes;
+
+bool cache_keep_resident(struct hp_block *b)
+{
+	size_t kept = atomic_load_explicit(&kept_bytes, memory_order_relaxed);
+
+	if (b->map.backend != HP_BACKEND_THP)
+		return false;
+	do {
+		if (!policy_libc_would_keep(b->map.len, kept))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&kept_bytes, &kept, kept + b->map.len,
+							memory_order_relaxed, memory_order_relaxed));
+	b->kept = true;
+	return true;
+}
+
+static void unkeep(struct hp_block *b)
+{
+	if (b->kept)
+		atomic_fetch_sub_explicit(&kept_bytes, b->map.len, memory_order_relaxed);
+	b->kept = false;
 }
 
 static void unlink_block(struct hp_block *b)
@@ -40,9 +80,12 @@ static void unlink_block(struct hp_block *b)
 		lru_newest = b->lru_prev;
 	b->prev = b->next = b->lru_prev = b->lru_next = NULL;
 	cached_bytes -= b->map.len;
+	if (charged(b))
+		charged_bytes -= b->map.len;
 	stat_sub(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_sub(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 	b->reclaimable = 0; /* its next owner writes: the kernel keeps those pages */
+	unkeep(b);
 	stat_sub(HP_STAT_CACHED_BLOCKS, 1);
 }
 
@@ -170,6 +213,25 @@ static struct hp_block *trim_to(size_t limit, struct hp_block *out)
 	return out;
 }
 
+/* Oldest THP blocks out until charged_bytes <= limit: memcg.c's bound. */
+static struct hp_block *trim_charged_to(size_t limit, struct hp_block *out)
+{
+	for (struct hp_block *b = lru_oldest, *next; b && charged_bytes > limit; b = next) {
+		next = b->lru_next;
+		if (!charged(b))
+			continue;
+		unlink_block(b);
+		stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
+		out = push(out, b);
+	}
+	return out;
+}
+
+struct hp_block *cache_take_over_memcg(void)
+{
+	return trim_charged_to(memcg_cache_bound(charged_bytes), NULL);
+}
+
 /* Set by the janitor, which reads the process's resident memory outside any
  * lock (cache_rss_max); read here, under the heap lock, with no syscall. */
 static _Atomic bool over_rss;
@@ -194,12 +256,19 @@ struct hp_block *cache_take_oldest(size_t bytes)
 struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 {
 	size_t max = over_rss_bound() ? 0 : atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+	/* the headroom counts b: its pages move from live to cached */
+	size_t memcg_max = charged(b) ? memcg_cache_bound(charged_bytes + b->map.len) : SIZE_MAX;
 
-	if (b->map.len > max) {
+	if (b->map.len > max || b->map.len > memcg_max) {
+		if (b->map.len <= max)
+			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
+		unkeep(b);
 		b->next = NULL;
 		return b;
 	}
 	struct hp_block *out = trim_to(max - b->map.len, NULL);
+	if (memcg_max != SIZE_MAX)
+		out = trim_charged_to(memcg_max - b->map.len, out);
 	b->cached_at_ms = now_ms;
 	b->bucket = bucket_of(b->map.len);
 	b->prev = NULL;
@@ -217,6 +286,8 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 	if (!cached_bytes)
 		janitor_cache_filled();
 	cached_bytes += b->map.len;
+	if (charged(b))
+		charged_bytes += b->map.len;
 	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
 	stat_add(HP_STAT_CACHED_BLOCKS, 1);
 	stat_add(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
@@ -289,11 +360,13 @@ static void decayed(uint64_t now_ms)
 	last_decay_ms = now_ms;
 }
 
-/* Blocks idle past the decay in force, and any excess over a lowered cache_max. */
+/* Blocks idle past the decay in force, and any excess over a lowered
+ * cache_max or over memcg.c's bound (which the janitor just read). */
 struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
 	uint64_t decay = decay_in_force();
 	struct hp_block *out = trim_to(atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed), NULL);
+	out = trim_charged_to(memcg_cache_bound(charged_bytes), out);
 	bool any = false;
 
 	while (lru_oldest && lru_oldest->cached_at_ms + decay <= now_ms) {

@@ -74,18 +74,29 @@ static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_m
  * alone and before anybody can take it from the cache: a lazy free issued
  * later (the janitor's) could race a new owner's writes and discard them.
  * hugetlb blocks are not offered: pool pages are not the memory cgroup's
- * (hpalloc(7) says what a cached one costs a cgroup). */
+ * (hpalloc(7) says what a cached one costs a cgroup); nor are blocks libc
+ * would have kept resident itself, up to what it would keep (policy.c's
+ * policy_libc_would_keep(): the offer costs every reuse). */
 void offer_to_kernel(struct hp_block *b)
 {
-	b->reclaimable = os_lazyfree(&b->map);
+	b->reclaimable = cache_keep_resident(b) ? 0 : os_lazyfree(&b->map);
 }
 
-/* cache_rss_max: a fresh mapping must not take the process over the bound
- * while the cache holds memory it could give back first -- so it gives
- * that back now, in this thread, before the new pages fault in (the
- * janitor, 100 ms later, would be after a memory monitor saw the peak). */
-static void make_room(size_t size)
+/* cache_rss_max, and a memory cgroup's limit (memcg.c): a fresh mapping
+ * must not take the process over the bound while the cache holds memory it
+ * could give back first -- so it gives that back now, in this thread,
+ * before the new pages fault in (the janitor, 100 ms later, would be after
+ * a memory monitor saw the peak, or the cgroup reclaimed). */
+static void make_room(struct hp_plan p, size_t size)
 {
+	/* memcg.c: a THP block's pages will be charged to the cgroup (a
+	 * hugetlb block's are the pool's) */
+	if (p.backend == HP_BACKEND_THP && memcg_before_map(size)) {
+		pthread_mutex_lock(&hp_heap_lock);
+		release_adopt(cache_take_over_memcg());
+		pthread_mutex_unlock(&hp_heap_lock);
+		release_flush(true);
+	}
 	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
 	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
 		return;
@@ -97,7 +108,7 @@ static void make_room(size_t size)
 static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
-	make_room(size);
+	make_room(p, size);
 	if (map_placed(p, size, numa, &m) < 0)
 		return NULL;
 	struct hp_block *b = calloc(1, sizeof(*b));
@@ -317,8 +328,10 @@ void hp_free(void *ptr)
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
 	populate_forget(ptr); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
-	if (b && will_cache(b))
+	if (b && will_cache(b)) {
+		memcg_before_cache(); /* the cgroup's usage, for cache_put's bound */
 		offer_to_kernel(b); /* still live: the caller's alone */
+	}
 	pthread_mutex_lock(&hp_heap_lock);
 	b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;

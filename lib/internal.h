@@ -29,6 +29,8 @@
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
  *              sizes serve hpalloc's madvised mappings
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
+ *   memcg.c    the process's memory cgroup: which one, its limit, and the
+ *              share of its headroom the cache may keep (cache.c applies it)
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
  *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
@@ -109,6 +111,7 @@ enum hp_knob_id {
 	KNOB_NUMA,
 	KNOB_CACHE_RSS_MAX,
 	KNOB_POPULATE,
+	KNOB_CACHE_MEMCG,
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
@@ -131,6 +134,7 @@ struct hp_config {
 	_Atomic uint64_t numa;  /* hp_numa_t */
 	_Atomic size_t cache_rss_max; /* 0: no bound */
 	_Atomic int populate;   /* threads, 0 off, HP_POPULATE_AUTO */
+	_Atomic int cache_memcg;      /* the memory cgroup's bound (memcg.c) is on */
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
@@ -269,6 +273,7 @@ struct hp_block {
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
+	bool kept;                /* cached and not offered: cache_keep_resident() */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
@@ -344,6 +349,9 @@ HP_HIDDEN size_t small_usable(const void *p);
 /* A huge block of size was freed: let libc learn from it what it would
  * have learnt had the block been its own (small.c says what and why). */
 HP_HIDDEN void small_libc_learn(size_t size);
+/* The mmap threshold libc has learnt from hpalloc's frees so far: the
+ * largest huge block freed, up to glibc's cap; 0 before any. */
+HP_HIDDEN size_t small_libc_learnt(void);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
 /* What a cached block is looked up by: its backend and its placement (a
@@ -380,6 +388,15 @@ HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
 HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
+/* THP blocks out, the oldest first, until the cache is within memcg.c's
+ * bound (a fresh mapping is about to be charged to the cgroup). */
+HP_HIDDEN struct hp_block *cache_take_over_memcg(void);
+/* The one function of cache.c called without hp_heap_lock: THP block b
+ * (the caller's, about to be cached) stays resident, not offered to the
+ * kernel, if policy_libc_would_keep() says so of it and the cached blocks
+ * kept so far; its bytes are then counted as kept until it leaves the
+ * cache. */
+HP_HIDDEN bool cache_keep_resident(struct hp_block *b);
 
 /* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
 /* The largest block hpalloc hands out (private or shared), larger than any
@@ -406,6 +423,9 @@ static inline bool policy_keeps(size_t len, size_t size)
 {
 	return size <= len && size >= len / 2;
 }
+/* A cached block of len bytes, with kept bytes of cached blocks already
+ * left resident, stays resident too: libc would have kept it (policy.c). */
+HP_HIDDEN bool policy_libc_would_keep(size_t len, size_t kept);
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
 struct hp_cache_look {
@@ -439,6 +459,30 @@ HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
  * a private block (private_block) needs room for its own copy too (policy.c
  * says why; tests/c/numa_pools asks it on staged pools). */
 HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
+/* ---- memcg.c: the memory cgroup's headroom (its first comment) --------------------
+ * The rule, named once: in a memory cgroup with a limit, cached THP bytes
+ * stay within MEMCG_CACHE_SHARE_PCT percent of the headroom -- limit -
+ * usage + cached THP bytes, what would be free under the limit if the
+ * cache were empty.  A bare number: knobs.c spells it in the knob's help. */
+#define MEMCG_CACHE_SHARE_PCT 50
+/* How many bytes of THP blocks the cache may keep when it would hold
+ * charged bytes of them (cache.c, hp_heap_lock held; no system call);
+ * SIZE_MAX: no bound (no limit, unknown, or the cache_memcg knob off). */
+HP_HIDDEN size_t memcg_cache_bound(size_t charged);
+/* The first huge mapping of a process (janitor_start): find its cgroup. */
+HP_HIDDEN void memcg_start(void);
+/* The janitor, every round: the cgroup and its limits again, the usage if
+ * limited; true while it should look again soon (limited, something cached). */
+HP_HIDDEN bool memcg_watch(void);
+/* hp_free, before a THP block is cached: a fresh look at the usage, in a
+ * limited cgroup only (one relaxed load otherwise). */
+HP_HIDDEN void memcg_before_cache(void);
+/* THP bytes on their way back to the kernel (release_adopt): free under
+ * the limit from now on, as far as the bound is concerned. */
+HP_HIDDEN void memcg_releasing(size_t bytes);
+/* A fresh mapping of size is about to be charged while something is
+ * cached: true if the bound should be applied now (heap.c make_room). */
+HP_HIDDEN bool memcg_before_map(size_t size);
 
 /* ---- shared.c ---------------------------------------------------------------- */
 /* The shared block containing addr, as a mapping (for backing.c). */
@@ -544,7 +588,7 @@ static inline void *fail_enomem(void)
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
  * control > publish > knobs > heap > shared > release > ring > janitor >
- * populate > stats > registry.c's reg_lock, under which nothing is called), the parent
+ * populate > stats > memcg > registry.c's reg_lock, under which nothing is called), the parent
  * and child phases in reverse order. */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
@@ -567,6 +611,7 @@ HP_HIDDEN void populate_fork(int phase);
 HP_HIDDEN void stats_fork(int phase);
 HP_HIDDEN void control_fork(int phase);
 HP_HIDDEN void publish_fork(int phase);
+HP_HIDDEN void memcg_fork(int phase);
 
 /* ---- cancellation ------------------------------------------------------------------
  * glibc's malloc & co are no cancellation points, and hpalloc's entry

@@ -21,7 +21,8 @@
  * It owns the io_uring (sets it up, prepares, submits and reaps: ring.c
  * says why no other thread touches it) and, at least every TICK_MS, does
  * the work that must stay off the allocation path: control directory
- * polling (control.c), cache decay (heap_expire), stats publishing
+ * polling (control.c), the memory cgroup's limit (memcg.c), cache decay
+ * and bounds (heap_expire), stats publishing
  * (publish.c), releasing what other threads left to it (release_pump), and
  * resubmitting a backlogged ring.  It waits on the ring while the kernel
  * has entries of it, else on a condition variable (janitor_wake).
@@ -38,7 +39,9 @@
 #include <time.h>
 
 #define TICK_MS 250
-#define RSS_TICK_MS 100 /* with cache_rss_max: as often as Dask's memory monitor looks */
+/* While a bound watches -- cache_rss_max, or a memory cgroup's limit with
+ * something cached (memcg.c) -- as often as Dask's memory monitor looks. */
+#define WATCH_TICK_MS 100
 #define BACKLOG_RETRY_MS 5 /* a failed submit is retried this soon */
 #define NAME "hpalloc-janitor" /* top -H, ps -L; at most 15 characters */
 
@@ -75,7 +78,7 @@ static void wait_cond(uint64_t timeout_ms)
 
 /* cache_rss_max with nothing cached, the process under the bound, and no
  * block cached since the last look: there is nothing to give back, so no
- * reading of /proc/self/statm every RSS_TICK_MS -- the janitor waits its
+ * reading of /proc/self/statm every WATCH_TICK_MS -- the janitor waits its
  * ordinary tick, and the block that fills the cache again wakes it
  * (janitor_cache_filled).  rss_idle: it waits so; fills: blocks that
  * found the cache empty (a program reusing one block fills it on every
@@ -117,7 +120,7 @@ static bool rss_quiet(bool over)
  * and the cache keeps nothing new until it is under again.  Read here, off
  * every lock and the allocation path; without a janitor there is no such
  * bound (nor live reload).  An unreadable statm (no /proc) reads as 0: no
- * bound.  Returns whether to look again in RSS_TICK_MS. */
+ * bound.  Returns whether to look again in WATCH_TICK_MS. */
 static bool yield_over_rss(void)
 {
 	static bool over;
@@ -136,11 +139,11 @@ static bool yield_over_rss(void)
 }
 
 /* Soon again when a submit is to be retried or a gone ring still has
- * completions to hand back; in RSS_TICK_MS when the rss bound watches. */
-static uint64_t next_wait_ms(uint64_t deadline, bool watch_rss)
+ * completions to hand back; in WATCH_TICK_MS when a bound watches. */
+static uint64_t next_wait_ms(uint64_t deadline, bool watch)
 {
 	bool soon = ring_backlogged() || ring_collecting();
-	uint64_t now = hp_now_ms(), cap = soon ? BACKLOG_RETRY_MS : watch_rss ? RSS_TICK_MS : TICK_MS;
+	uint64_t now = hp_now_ms(), cap = soon ? BACKLOG_RETRY_MS : watch ? WATCH_TICK_MS : TICK_MS;
 	uint64_t wait = deadline > now ? deadline - now : 1;
 	return wait < cap ? wait : cap;
 }
@@ -158,11 +161,12 @@ static void *janitor_main(void *arg)
 	for (;;) {
 		uint64_t deadline;
 		control_poll();
+		bool watch = memcg_watch(); /* before heap_expire, which applies it */
 		heap_expire(&deadline);
-		bool watch_rss = yield_over_rss();
+		watch |= yield_over_rss();
 		publish_update();
 		release_pump();
-		uint64_t wait = next_wait_ms(deadline, watch_rss);
+		uint64_t wait = next_wait_ms(deadline, watch);
 		if (!ring_wait(wait)) /* nothing the kernel is working on */
 			wait_cond(wait);
 	}
@@ -184,6 +188,7 @@ void janitor_start(void)
 	if (likely(atomic_load_explicit(&start_tried, memory_order_relaxed)) ||
 	    atomic_load(&forbidden) || atomic_exchange(&start_tried, true))
 		return;
+	memcg_start(); /* the cache's bound holds from the first free on, janitor or not */
 	/* pthread_create allocates (its thread's TLS): under the preload
 	 * library that malloc must not come back into the huge path, which
 	 * called us */

@@ -19,6 +19,10 @@
  *   populate=auto   one worker per two CPUs the process may run on, at most
  *                   8, none on one CPU: first touch of a fresh block at up
  *                   to that many times one thread's rate (populate.c).
+ *   cache_memcg=on  in a memory-limited cgroup (a container) the cache keeps
+ *                   at most half the headroom (memcg.c): the cgroup peaks as
+ *                   under the peers instead of at its limit, where the kernel
+ *                   reclaims on every charge (bench/results/pressure).
  */
 #include "internal.h"
 
@@ -83,7 +87,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"one of: thp small fail", "thp small fail", "thp",
 		0, 2, parse_choice, format_choice},
 	[KNOB_CACHE_MAX] = {"cache_max", "size",
-		"bytes of freed huge blocks kept for reuse (0 disables the cache); the kernel may take their THP pages back under memory pressure",
+		"bytes of freed huge blocks kept for reuse (0 disables the cache); the kernel may take their THP pages back under memory pressure, but for what glibc would have kept itself (at most 64 MiB)",
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
@@ -110,6 +114,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
+	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",
+		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - usage + cached), given back oldest first as it shrinks; off: only cache_max bounds the cache",
+		"one of: on off", "on off", "on",
+		0, 1, parse_choice, format_choice},
 };
 
 struct layer {
@@ -421,6 +429,7 @@ static void store_effective(int knob, uint64_t v)
 	case KNOB_NUMA: atomic_store(&hp_cfg.numa, v); break;
 	case KNOB_CACHE_RSS_MAX: atomic_store(&hp_cfg.cache_rss_max, (size_t)v); break;
 	case KNOB_POPULATE: atomic_store(&hp_cfg.populate, (int)v); break;
+	case KNOB_CACHE_MEMCG: atomic_store(&hp_cfg.cache_memcg, v == 0); break; /* "on" is index 0 */
 	}
 }
 

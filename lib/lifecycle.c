@@ -49,7 +49,7 @@ static void init_fork(int phase)
 /* Every module's fork hook, in the order the code nests their locks. */
 static void (*const fork_hooks[])(int) = {
 	init_fork, control_fork, publish_fork, knobs_fork, heap_fork, shared_fork,
-	release_fork, ring_fork, janitor_fork, populate_fork, stats_fork, registry_fork,
+	release_fork, ring_fork, janitor_fork, populate_fork, stats_fork, memcg_fork, registry_fork,
 };
 #define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
 

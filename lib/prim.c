@@ -1,14 +1,18 @@
 /* The only place that talks to the kernel about memory: every memory system
  * call of the library (mmap, munmap, mprotect, mremap, madvise, mincore,
- * mbind, get/set_mempolicy, memfd_create, ftruncate, the seals) and every read of the hugetlb and
- * THP files of sysfs.  Modelled on mimalloc's "primitive" layer
+ * mbind, get/set_mempolicy, memfd_create, ftruncate, the seals), every read
+ * of the hugetlb and THP files of sysfs, and every read of the files that
+ * say which memory cgroup the process is in and what it may use (memcg.c
+ * decides what they mean).  Modelled on mimalloc's "primitive" layer
  * (include/mimalloc/prim.h, src/prim/): the files that decide -- os.c
- * (private blocks), shared.c, numa.c, thp.c, and hpctl through private.h --
- * call these and nothing below them, so one file knows each system call's
- * flags and each sysfs path, and a staged sysfs (tests) stands in for all
- * of them at once.  One exception: the MADV_DONTNEED of a block released
- * through io_uring is an entry ring.c prepares in the janitor's ring, not a
- * system call (ring.c says why only that thread touches the ring).
+ * (private blocks), shared.c, numa.c, thp.c, memcg.c, and hpctl through
+ * private.h -- call these and nothing below them, so one file knows each
+ * system call's flags and each kernel file's path, and a staged sysfs
+ * (tests) stands in for all of them at once; a staged root does the same
+ * for the cgroup files.  One exception: the MADV_DONTNEED of a block
+ * released through io_uring is an entry ring.c prepares in the janitor's
+ * ring, not a system call (ring.c says why only that thread touches the
+ * ring).
  *
  * Rules:
  *   - no policy: which page size, backend, fallback or placement a block
@@ -332,4 +336,66 @@ int prim_thp_read(const char *rel, char *buf, size_t len)
 int prim_thp_sizes(size_t *out, int max)
 {
 	return list_sizes(THP_DIR, out, max);
+}
+
+/* ---- the memory cgroup ---------------------------------------------------------- */
+
+static const char *memcg_root = "";
+
+void prim_memcg_root(const char *root)
+{
+	memcg_root = root ? root : "";
+}
+
+int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg)
+{
+	char path[512], buf[2048];
+	HP_ERRNO_SAVE;
+	size_t have = 0;
+	ssize_t n;
+	int rc = 0;
+	bool skipping = false; /* the rest of a line longer than buf */
+
+	snprintf(path, sizeof(path), "%s/proc/self/%s", memcg_root, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		HP_ERRNO_RESTORE;
+		return -1;
+	}
+	while (rc == 0 && (n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
+		have += (size_t)n;
+		buf[have] = '\0';
+		char *line = buf, *nl;
+		while (rc == 0 && (nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+			*nl = '\0';
+			if (!skipping)
+				rc = fn(line, arg);
+			skipping = false;
+			line = nl + 1;
+		}
+		have -= (size_t)(line - buf);
+		memmove(buf, line, have);
+		if (have == sizeof(buf) - 1) { /* no newline in a full buffer */
+			have = 0;
+			skipping = true;
+		}
+	}
+	if (rc == 0 && have && !skipping) { /* a last line without newline */
+		buf[have] = '\0';
+		rc = fn(buf, arg);
+	}
+	close(fd);
+	HP_ERRNO_RESTORE;
+	return rc;
+}
+
+int prim_memcg_read(const char *dir, const char *file, char *buf, size_t len)
+{
+	char path[PRIM_MEMCG_PATH_MAX + 64];
+	int n = snprintf(path, sizeof(path), "%s%s/%s", memcg_root, dir, file);
+
+	if (n < 0 || (size_t)n >= sizeof(path) || read_file(path, buf, len) < 0)
+		return -1;
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
 }

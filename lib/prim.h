@@ -1,10 +1,10 @@
 /* prim.c: the only place in lib/ that talks to the kernel about memory --
  * every mmap, munmap, mprotect, mremap, madvise, mincore, mbind,
- * get/set_mempolicy, memfd_create, ftruncate and seal, and every read of
- * the hugetlb and THP files of sysfs.  Modelled on mimalloc's
- * include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c and populate.c
- * decide, prim.c carries out.  Rules (prim.c's first
- * comment says why):
+ * get/set_mempolicy, memfd_create, ftruncate and seal, every read of the
+ * hugetlb and THP files of sysfs, and every read of the memory cgroup's
+ * files.  Modelled on mimalloc's include/mimalloc/prim.h: os.c, shared.c,
+ * numa.c, thp.c, populate.c and memcg.c decide, prim.c carries out.  Rules
+ * (prim.c's first comment says why):
  *   - no policy: no page size, backend or fallback is chosen here;
  *   - no lock taken, no memory allocated (callers run inside interposers
  *     and under hp_heap_lock), nothing logged (the caller says what failed);
@@ -76,5 +76,23 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
 /* The multi-size THP sizes (its hugepages-<N>kB directories), ascending, at
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
+
+/* ---- the memory cgroup (memcg.c decides what the files mean) ---------------------- */
+/* The longest cgroup directory path (mount point and cgroup path) read:
+ * paths are copied onto the stack of the free path. */
+#define PRIM_MEMCG_PATH_MAX 512
+/* Tests: read /proc/self/cgroup, /proc/self/mountinfo and every cgroup
+ * file below root (a staged tree: root/proc/self/..., root/sys/fs/cgroup/...)
+ * instead of below /; NULL: /.  Set while no other thread reads. */
+HP_HIDDEN void prim_memcg_root(const char *root);
+/* Each line of /proc/self/<name> ("cgroup", "mountinfo"), without its
+ * newline, to fn (which may write into it) until fn returns non-zero,
+ * which is returned; 0 at the end; -1 if the file cannot be opened.  A
+ * line of 2 KiB or more is skipped.  No memory allocated; errno as it was. */
+HP_HIDDEN int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg);
+/* The first line of file in the cgroup directory dir (an absolute path, as
+ * mountinfo gives it, below the root), without its newline; -1 if it cannot
+ * be read or is empty.  errno as it was. */
+HP_HIDDEN int prim_memcg_read(const char *dir, const char *file, char *buf, size_t len);
 
 #endif

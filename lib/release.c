@@ -54,6 +54,8 @@ void release_adopt(struct hp_block *list)
 	while (list) {
 		struct hp_block *b = list;
 		list = list->next;
+		if (b->map.backend == HP_BACKEND_THP)
+			memcg_releasing(b->map.len); /* its charge goes: memcg.c */
 		b->next = pending;
 		pending = b;
 	}

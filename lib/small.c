@@ -162,19 +162,23 @@ static _Atomic size_t libc_learnt;
 
 void small_libc_learn(size_t size)
 {
-#if defined(__SANITIZE_ADDRESS__)
-	/* ASan's allocator has no thresholds to teach, and it would keep the
-	 * chunk mapped in its quarantine, wherever a freed block left room */
-	(void)size;
-	return;
-#endif
 	size_t seen = atomic_load_explicit(&libc_learnt, memory_order_relaxed);
 
 	if (likely(size <= seen) || size > LIBC_LEARN_MAX ||
 	    !atomic_compare_exchange_strong(&libc_learnt, &seen, size))
 		return;
+	/* ASan's allocator has no thresholds to teach, and it would keep the
+	 * chunk mapped in its quarantine, wherever a freed block left room:
+	 * there only what glibc would have learnt is recorded */
+#if !defined(__SANITIZE_ADDRESS__)
 	hp_inside++; /* an interposed malloc (the preload library) must pass this to libc */
 	void *volatile chunk = malloc(size - 2 * sizeof(size_t)); /* a chunk of size, header included */
 	free(chunk);
 	hp_inside--;
+#endif
+}
+
+size_t small_libc_learnt(void)
+{
+	return atomic_load_explicit(&libc_learnt, memory_order_relaxed);
 }

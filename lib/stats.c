@@ -51,6 +51,9 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_POPULATE_AHEAD_BYTES] = "populate_ahead_bytes",
 	[HP_STAT_POPULATE_SAVED_US] = "populate_saved_us",
 	[HP_STAT_POPULATE_THREADS] = "populate_threads",
+	[HP_STAT_MEMCG_LIMIT_BYTES] = "memcg_limit_bytes",
+	[HP_STAT_MEMCG_CACHE_BOUND] = "memcg_cache_bound",
+	[HP_STAT_MEMCG_RELEASED_BYTES] = "memcg_released_bytes",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -63,21 +63,12 @@ static void test_hit_and_miss(void **state)
 	assert_int_equal(harness_mapped(p, 16 * MiB), 0);
 }
 
-/* Bytes of the blocks that the kernel still has mapped. */
-static size_t still_mapped(void *const *blocks, size_t n, size_t size)
-{
-	size_t total = 0;
-
-	for (size_t i = 0; i < n; i++)
-		total += harness_mapped(blocks[i], size);
-	return total;
-}
 
 static void test_bound(void **state)
 {
 	(void)state;
 	thp_cache_knobs("8M", "60000");
-	/* still_mapped() counts every mapping where the blocks were: the 32
+	/* harness_still_mapped() counts every mapping where the blocks were: the 32
 	 * MiB block below would start a populate worker, whose stack may land
 	 * in the hole the released blocks left */
 	harness_knob("populate", "off");
@@ -98,7 +89,7 @@ static void test_bound(void **state)
 	hp_release_drain();
 	assert_true(harness_stat(HP_STAT_MAPPED_BYTES) <= 8 * MiB);
 	/* what the kernel still has of them: the cache's share, no more */
-	size_t kept = still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB);
+	size_t kept = harness_still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB);
 	print_message("kernel keeps %zu MiB of the freed blocks (cache_max 8M)\n", kept >> 20);
 	assert_true(kept > 0);
 	assert_true(kept <= 8 * MiB);
@@ -110,7 +101,7 @@ static void test_bound(void **state)
 	assert_true(harness_stat(HP_STAT_CACHED_BYTES) <= 8 * MiB);
 	hp_release_drain();
 	assert_int_equal(harness_mapped(big, 32 * MiB), 0);
-	assert_true(still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB) <= 8 * MiB);
+	assert_true(harness_still_mapped(blocks, ARRAY_SIZE(blocks), 4 * MiB) <= 8 * MiB);
 }
 
 static void test_cache_max_zero(void **state)
@@ -358,7 +349,7 @@ static void test_lowered_bound_trims(void **state)
 			 "cache_max went down to 8M", cached, mapped, LOWERED_BOUND_MS);
 	/* the excess went, not the whole cache */
 	assert_int_equal(cached, 8 * MiB);
-	assert_int_equal(still_mapped(small, ARRAY_SIZE(small), 4 * MiB), 8 * MiB);
+	assert_int_equal(harness_still_mapped(small, ARRAY_SIZE(small), 4 * MiB), 8 * MiB);
 }
 
 /* cache_rss_max (the Dask plugin's bound): a process whose resident memory
@@ -409,7 +400,7 @@ static void test_rss_bound_yields(void **state)
 	cache_written_blocks(blocks);
 	/* no bound: all cached, mapped, resident */
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), RSS_BLOCKS);
-	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+	assert_int_equal(harness_still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
 	size_t rss = harness_statm_rss();
 	assert_true(rss >= RSS_BLOCKS * RSS_BLOCK);
 
@@ -421,7 +412,7 @@ static void test_rss_bound_yields(void **state)
 	/* the pages go first, the mappings when the release completes */
 	uint64_t end = harness_now_ms() + RSS_BOUND_MS;
 	size_t kept;
-	while ((kept = still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK)) == RSS_BLOCKS * RSS_BLOCK &&
+	while ((kept = harness_still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK)) == RSS_BLOCKS * RSS_BLOCK &&
 	       harness_now_ms() < end)
 		harness_sleep_ms(20);
 	print_message("rss %zu MiB, bound %zu MiB: now %zu MiB, the kernel keeps %zu MiB of the "
@@ -463,11 +454,11 @@ static void test_rss_bound_fresh_block(void **state)
 	(void)state;
 	void *blocks[RSS_BLOCKS];
 	cache_written_blocks(blocks);
-	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+	assert_int_equal(harness_still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
 	size_t rss = harness_statm_rss();
 	set_rss_max(rss + 16 * MiB); /* the janitor has nothing to do */
 	harness_sleep_ms(300);
-	assert_int_equal(still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
+	assert_int_equal(harness_still_mapped(blocks, RSS_BLOCKS, RSS_BLOCK), RSS_BLOCKS * RSS_BLOCK);
 
 	void *big = hp_malloc(2 * RSS_BLOCK); /* no cached block fits: fresh */
 	assert_non_null(big);

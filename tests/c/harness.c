@@ -433,16 +433,20 @@ void harness_child_passes(const char *name)
 		fail_msg("child %s exited %d:\n%s", name, rc, err);
 }
 
+/* Written beside, then renamed over: a reader the library runs meanwhile
+ * (the janitor's) sees the old file or the new one, never an empty one. */
 void harness_stage_file(const char *root, const char *rel, const char *text)
 {
-	char path[1024], cmd[1200];
+	char path[1024], tmp[1100], cmd[1200];
 	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	snprintf(tmp, sizeof(tmp), "%s.staging", path);
 	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
 	assert_int_equal(system(cmd), 0);
-	FILE *f = fopen(path, "we");
+	FILE *f = fopen(tmp, "we");
 	assert_non_null(f);
 	fprintf(f, "%s\n", text);
-	fclose(f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(rename(tmp, path), 0);
 }
 
 /* ---- knobs ----------------------------------------------------------------------- */
@@ -459,6 +463,21 @@ void harness_knob(const char *name, const char *value)
 		fail_msg("hp_knob_set(\"%s\", \"%s\") refused: %s (%s)", name,
 			 value, strerror(saved), info.rejected);
 	}
+}
+
+void harness_thp_cache(const char *cache_max, const char *decay_ms)
+{
+	harness_need_thp();
+	/* no populate worker: its stack could land where a released block was,
+	 * and /proc/self/maps would count it as the cache's */
+	harness_knob("populate", "off");
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "1M");
+	harness_knob("cache_max", cache_max);
+	harness_knob("cache_decay_ms", decay_ms);
+	harness_janitor_start();
+	hp_cache_flush();
+	hp_release_drain();
 }
 
 void harness_reset(void)
@@ -749,6 +768,14 @@ size_t harness_mapped(const void *addr, size_t len)
 	if (each_mapping(add_overlap, &o) != 0)
 		return SIZE_MAX;
 	return o.bytes;
+}
+
+size_t harness_still_mapped(void *const *blocks, size_t n, size_t size)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += harness_mapped(blocks[i], size);
+	return total;
 }
 
 struct vma_find {

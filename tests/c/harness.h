@@ -107,12 +107,17 @@ int harness_run_child(const char *name, const char *const *env,
  * child's stderr unless it exits 0, and skips with it on 77. */
 void harness_child_passes(const char *name);
 /* Writes text and a newline to root/rel, making the directories on the way
- * (a staged sysfs for the tests of a reader). */
+ * (a staged sysfs for the tests of a reader); atomically (a new file
+ * renamed over the old), so the library may read it meanwhile. */
 void harness_stage_file(const char *root, const char *rel, const char *text);
 
 /* ---- knobs ---------------------------------------------------------------- */
 /* hp_knob_set that fails the test when the library refuses the value. */
 void harness_knob(const char *name, const char *value);
+/* THP blocks from 1 MiB up (skip unless THP is enabled), cached up to
+ * cache_max for decay_ms, the janitor running, no populate workers, the
+ * cache empty. */
+void harness_thp_cache(const char *cache_max, const char *decay_ms);
 /* Back to a known state: no process overrides, cache flushed, releases
  * drained. */
 void harness_reset(void);
@@ -166,6 +171,10 @@ size_t harness_statm_rss(void);
  * SIZE_MAX if the file cannot be read (no count, so every check fails);
  * it never fails the test itself, so fork children and threads call it. */
 size_t harness_mapped(const void *addr, size_t len);
+/* Bytes of n blocks of size each still covered by a mapping: of freed
+ * blocks, once releases are drained, the cache's -- as long as nothing was
+ * mapped since where a released one was. */
+size_t harness_still_mapped(void *const *blocks, size_t n, size_t size);
 /* The mapping (/proc/self/maps entry) holding addr: 0, or -1 if none. */
 int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);
 /* Maps a PROT_NONE page right after the mapping that follows [p, p+len)
@@ -202,6 +211,22 @@ bool harness_uring_usable(char *why, size_t why_len);
  * skip unless THP is enabled ([always] or [madvise]). */
 void harness_need_uring(void);
 void harness_need_thp(void);
+
+/* ---- interposing ---------------------------------------------------------------- */
+/* A test that interposes open(2) (the executable comes first in symbol
+ * lookup) passes the call on with this: the mode argument when flags take
+ * one, then the next open() in lookup order (tests/c/open_next.c: link
+ * $(DL_LIBS)). */
+int harness_open_next(const char *path, int flags, va_list ap);
+/* The end of such an open(path, flags, ...): the call passed on. */
+#define HARNESS_OPEN_PASS_ON(path, flags)                                     \
+	do {                                                                  \
+		va_list ap_;                                                  \
+		va_start(ap_, flags);                                         \
+		int fd_ = harness_open_next((path), (flags), ap_);            \
+		va_end(ap_);                                                  \
+		return fd_;                                                   \
+	} while (0)
 
 /* ---- contents ------------------------------------------------------------------ */
 /* harness_fill, harness_check, harness_first_nonzero: tests/c/pattern.h. */

@@ -15,7 +15,6 @@
 #include "harness.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -39,14 +38,6 @@ static long main_tid;
 
 int open(const char *path, int flags, ...)
 {
-	static int (*real)(const char *, int, ...);
-	mode_t mode = 0;
-	if (flags & (O_CREAT | O_TMPFILE)) {
-		va_list ap;
-		va_start(ap, flags);
-		mode = va_arg(ap, mode_t);
-		va_end(ap);
-	}
 	if (strcmp(path, STATM) == 0) {
 		if ((long)syscall(SYS_gettid) != main_tid)
 			atomic_fetch_add(&statm_opens_other, 1);
@@ -56,9 +47,7 @@ int open(const char *path, int flags, ...)
 			return -1;
 		}
 	}
-	if (!real)
-		real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
-	return real(path, flags, mode);
+	HARNESS_OPEN_PASS_ON(path, flags);
 }
 
 /* The janitor's thread id (its name, lib/janitor.c), or -1. */
@@ -119,14 +108,7 @@ static void knobs(void)
 {
 	atomic_store(&statm_err, 0);
 	main_tid = (long)syscall(SYS_gettid);
-	harness_need_thp();
-	harness_knob("mode", "thp");
-	harness_knob("threshold", "1M");
-	harness_knob("cache_max", "1G");
-	harness_knob("cache_decay_ms", "600000");
-	harness_janitor_start();
-	hp_cache_flush();
-	hp_release_drain();
+	harness_thp_cache("1G", "600000");
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 }
 

@@ -35,6 +35,8 @@ static void add_field(const char *line, struct harness_smaps *m)
 	else if ((v = kb_field(line, "Private_Hugetlb")) != SIZE_MAX ||
 		 (v = kb_field(line, "Shared_Hugetlb")) != SIZE_MAX)
 		m->hugetlb += v;
+	else if ((v = kb_field(line, "LazyFree")) != SIZE_MAX)
+		m->lazyfree += v;
 	else if ((v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
 		m->kernel_page_size = v;
 	else if (strncmp(line, "VmFlags:", 8) == 0)
@@ -92,6 +94,7 @@ static int add_overlapping(uintptr_t start, uintptr_t end, const struct harness_
 	out->shmem_pmd += m->shmem_pmd;
 	out->hugetlb += m->hugetlb;
 	out->huge += m->huge;
+	out->lazyfree += m->lazyfree;
 	return 0;
 }
 

@@ -23,6 +23,7 @@ struct harness_smaps {
 	size_t shmem_pmd;        /* ShmemPmdMapped                       */
 	size_t hugetlb;          /* Private_Hugetlb + Shared_Hugetlb     */
 	size_t huge;             /* anon_huge + shmem_pmd + hugetlb      */
+	size_t lazyfree;         /* LazyFree: MADV_FREE'd, the kernel's to take */
 	bool thp_eligible;       /* "hg" in VmFlags of the first one     */
 };
 

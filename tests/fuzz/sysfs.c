@@ -1,8 +1,12 @@
 /* Fuzz target: the kernel files the library reads through a staged sysfs
  * root (what tests use): THP settings and sizes (lib/thp.c: thp_setting,
  * thp_sizes, multi-size THP directories) and hugetlb pool counters
- * (lib/prim.c: prim_pool_counter).  The kernel is no adversary, but these
- * readers are cheap to fuzz and `hpctl status` prints what they return.
+ * (lib/prim.c: prim_pool_counter); and, through the same directory staged
+ * as the cgroup root (prim_memcg_root), the memory cgroup's files
+ * (lib/memcg.c: proc/self/cgroup, proc/self/mountinfo, the cgroup
+ * directories a mount line leads to).  The kernel is no adversary, but
+ * these readers are cheap to fuzz and `hpctl status` prints what they
+ * return, or the cache's bound follows from them.
  *
  * Input: records as in the control target, "=== PATH\nBODY", PATH relative
  * to the staged root (components of [A-Za-z0-9_.-], no "." or ".."), e.g.
@@ -14,7 +18,9 @@
  * it has, ascending, each with a terminated setting, serving madvised
  * memory exactly when its setting is always or madvise, or inherit while
  * the top-level one is; prim_pool_counter() is the file's leading number or
- * -1 without one. */
+ * -1 without one; memcg.c finds no limit (memcg_limit_bytes 0, and no bound
+ * on the cache) or one below 2^62, under which the cache may keep at most
+ * half. */
 #include "fuzz.h"
 #include "internal.h"
 
@@ -148,6 +154,21 @@ static void check_counter(const char *file)
 		fuzz_fail("prim_pool_counter(%s): %lld, the file says %lld", file, got, want);
 }
 
+static void check_memcg(void)
+{
+	memcg_start(); /* what the first huge mapping does: find the cgroup, read its levels */
+	memcg_before_cache();
+	memcg_before_map(HP_THP_SIZE);
+	uint64_t limit = atomic_load(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES]);
+	size_t bound = memcg_cache_bound(0);
+	if (limit >= (uint64_t)1 << 62)
+		fuzz_fail("memcg: a limit of %llu bytes is no limit", (unsigned long long)limit);
+	if (!limit && bound != SIZE_MAX)
+		fuzz_fail("memcg: no limit, but a bound of %zu bytes", bound);
+	if (limit && bound > limit / 2)
+		fuzz_fail("memcg: limit %llu, but the cache may keep %zu", (unsigned long long)limit, bound);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char top[32], defrag[8];
@@ -161,6 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (rootfd < 0)
 			fuzz_fail("%s: %s", root, strerror(errno));
 		prim_sysfs_root(root);
+		prim_memcg_root(root);
 	}
 	stage_all((const char *)data, size);
 	check_setting("enabled", top, sizeof(top));
@@ -168,6 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_sizes(top);
 	check_counter("free_hugepages");
 	check_counter("resv_hugepages");
+	check_memcg();
 	fuzz_empty_dir(rootfd);
 	return 0;
 }

@@ -7,14 +7,21 @@ hpalloc under `hpctl run`, `hpctl run --preload` and
 `hpalloc.numpy.install()`, with a long decay (cache_decay_ms=10000) that
 keeps the freed GiB in the cache throughout, and a child forked after the
 free must run it in the same cgroup while its parent's cache holds the GiB.
-The cached pages are the kernel's to take back (MADV_FREE): before that they
-stayed resident and the kernel OOM-killed the process (exit 137).  And what
-the kernel takes is only that: a reused block that was written keeps its
-contents under pressure, the stats stay true, hp_calloc of a reclaimed
+Two layers keep the process alive and unthrottled.  The cache keeps at
+most half the cgroup's headroom (lib/memcg.c; the cache_memcg knob): the
+freed GiB is given back at once, so the cgroup's peak is no higher than
+under NumPy's default (plus MARGIN) and its charge never hits the limit more
+often -- before, the cache kept the GiB and the cgroup sat at its limit
+(peak 1638 MiB, about 14,000 limit hits).  And with that bound off, the
+cached pages are still the kernel's to take back (MADV_FREE): before that
+they stayed resident and the kernel OOM-killed the process (exit 137).
+What the kernel takes is only that: a reused block that was written keeps
+its contents under pressure, the stats stay true, hp_calloc of a reclaimed
 block gives zeros (test_cache_reclaimed).
 
-Each program checks that hpalloc is the one holding the freed GiB (cached
-with the long decay in force), so a run that never activated it fails.
+Each program checks that hpalloc is the one that held the freed GiB (cached
+with the long decay in force, or given back for the cgroup), so a run that
+never activated it fails.
 Root; a cgroup version without a memory controller skips, saying so.  The
 cgroup is removed also on failure (and one a killed run left behind, by the
 next run)."""
@@ -33,6 +40,7 @@ from hp_pytest_automake import skip
 
 MiB = 1 << 20
 LIMIT = 1638 * MiB           # 1.6 GiB: the program needs about 1 GiB at a time
+MARGIN = 64 * MiB            # the cgroup's peak under hpalloc: at most the peer's plus this
 DECAY_MS = "10000"
 BUILDDIR = os.environ.get("abs_top_builddir")
 HPCTL = os.path.join(BUILDDIR, "tools", "hpctl") if BUILDDIR else None
@@ -58,11 +66,15 @@ PROGRAM = textwrap.dedent("""
     a = np.ones(1 << 27); del a                          # 1 GiB, freed
     if os.environ.get("HP_PRESSURE_PEER") != "1":
         s = hp_stats()
-        print("after the free: cached_bytes %d, cached_reclaimable_bytes %s, decay in force %d ms"
+        print("after the free: cached_bytes %d, cached_reclaimable_bytes %s, memcg_released_bytes %s, "
+              "memcg_limit_bytes %s, decay in force %d ms"
               % (s["cached_bytes"], s.get("cached_reclaimable_bytes", "(no such stat)"),
+                 s.get("memcg_released_bytes", "(no such stat)"), s.get("memcg_limit_bytes", "(no such stat)"),
                  s["cache_decay_ms_in_force"]), flush=True)
-        if s["cached_bytes"] < 1 << 30 or s["cache_decay_ms_in_force"] < DECAY_MS:
-            sys.exit("hpalloc does not hold the freed GiB with the long decay: not activated?")
+        if (s["cached_bytes"] + s.get("memcg_released_bytes", 0) < 1 << 30
+                or s["cache_decay_ms_in_force"] < DECAY_MS):
+            sys.exit("hpalloc neither holds the freed GiB with the long decay nor gave it back "
+                     "for the cgroup: not activated?")
     if FORK:
         pid = os.fork()
         if pid == 0:
@@ -96,19 +108,43 @@ def memcg(request):
         cg.remove()
 
 
-def survives(cg, argv, env):
-    """Run argv in cg: exit 0, "survived", no OOM kill in the cgroup."""
-    kills = cg.oom_kills()
+def survives(cg, argv, env, like=None):
+    """Run argv in cg: exit 0, "survived", no OOM kill in the cgroup; with
+    like (the peer's (peak, limit hits) in such a cgroup), a cgroup peak at
+    most MARGIN above the peer's and its limit hit no more often.  Returns
+    (peak, limit hits)."""
+    kills, hits = cg.oom_kills(), cg.limit_hits()
     proc = subprocess.run(argv, env=env, preexec_fn=cg.join, capture_output=True, text=True,
                           timeout=300)
-    kills = cg.oom_kills() - kills
+    kills, hits, peak = cg.oom_kills() - kills, cg.limit_hits() - hits, cg.peak()
     command = " ".join("PROGRAM" if "\n" in a else a for a in argv)
-    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n  stdout: %s\n  stderr: %s"
-              % (command, proc.returncode, kills, cg.peak() // MiB, proc.stdout.strip(),
-                 proc.stderr.strip()[-2000:]))
+    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB, limit hit %d times%s"
+              "\n  stdout: %s\n  stderr: %s"
+              % (command, proc.returncode, kills, peak // MiB, hits,
+                 "" if like is None else " (NumPy's default: peak %d MiB, limit hit %d times)"
+                 % (like[0] // MiB, like[1]),
+                 proc.stdout.strip(), proc.stderr.strip()[-2000:]))
     print(report)
     survived = proc.returncode == 0 and kills == 0 and proc.stdout.strip().endswith("survived")
     assert survived, report
+    if like is not None:
+        assert peak <= like[0] + MARGIN, "the cgroup's peak is more than %d MiB above the peer's:\n%s" % (
+            MARGIN // MiB, report)
+        assert hits <= like[1], "the cgroup's limit was hit more often than under the peer:\n" + report
+    return peak, hits
+
+
+PEER = {}  # cgroup version -> NumPy default's (peak, limit hits) running the program
+
+
+def peer(version):
+    """What NumPy's default allocator makes of the program in a cgroup of
+    that version with the same limit (measured once per run)."""
+    if version not in PEER:
+        with MemCgroup(PREFIX, limit=LIMIT, version=version) as cg:
+            PEER[version] = survives(cg, [sys.executable, "-c", program()],
+                                     python_env(HP_PRESSURE_PEER="1"))
+    return PEER[version]
 
 
 # ---- what the kernel takes back, and what it must not ------------------------------
@@ -147,7 +183,10 @@ RECLAIM = CHILD + textwrap.dedent("""
         print("FAIL:", why, flush=True)
         sys.exit(1)
 
-    for k, v in ((b"mode", b"thp"), (b"cache_decay_ms", b"600000"), (b"cache_max", b"1G")):
+    # MADV_FREE alone: the cgroup's bound (cache_memcg) could give the block
+    # back while the limit is lowered for a moment below
+    for k, v in ((b"mode", b"thp"), (b"cache_decay_ms", b"600000"), (b"cache_max", b"1G"),
+                 (b"cache_memcg", b"off")):
         if lib.hp_knob_set(k, v) != 0:
             fail("hp_knob_set %s" % k)
     p = lib.hp_malloc(SIZE)
@@ -218,13 +257,14 @@ def build_tree():
 def test_peer_numpy_default(memcg):
     """The control: NumPy's own allocator runs the program in this cgroup (else the
     limit is wrong for this machine, and the cases below prove nothing)."""
-    survives(memcg, [sys.executable, "-c", program()], python_env(HP_PRESSURE_PEER="1"))
+    PEER[memcg.version] = survives(memcg, [sys.executable, "-c", program()],
+                                   python_env(HP_PRESSURE_PEER="1"))
 
 
 def test_hpctl_run(memcg):
     build_tree()
     survives(memcg, [HPCTL, "run", "cache_decay_ms=" + DECAY_MS, "--", sys.executable, "-c", program()],
-             python_env())
+             python_env(), like=peer(memcg.version))
 
 
 def test_hpctl_run_preload(memcg):
@@ -233,18 +273,28 @@ def test_hpctl_run_preload(memcg):
         pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
                     "(make check-preload-valgrind runs the preload tests under memcheck)")
     survives(memcg, [HPCTL, "run", "--preload", "cache_decay_ms=" + DECAY_MS, "--", sys.executable, "-c",
-                     program()], python_env(HPALLOC_PRELOAD_PATH=PRELOAD))
+                     program()], python_env(HPALLOC_PRELOAD_PATH=PRELOAD), like=peer(memcg.version))
 
 
 INSTALL = "import hpalloc.numpy; hpalloc.numpy.install()"
 
 
 def test_install(memcg):
-    survives(memcg, [sys.executable, "-c", program(INSTALL)], python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS))
+    survives(memcg, [sys.executable, "-c", program(INSTALL)], python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS),
+             like=peer(memcg.version))
 
 
 def test_forked_child(memcg):
-    """The child runs the program's second half while its parent's cache
-    holds the GiB, both in the cgroup; then the parent runs it too."""
+    """The child runs the program's second half after its parent's free,
+    both in the cgroup; then the parent runs it too."""
     survives(memcg, [sys.executable, "-c", program(INSTALL, fork=True)],
-             python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS))
+             python_env(HPALLOC_CACHE_DECAY_MS=DECAY_MS), like=peer(memcg.version))
+
+
+def test_madv_free_alone(memcg):
+    """The cgroup's bound off (cache_memcg=off): the freed GiB stays cached
+    with the long decay, and only MADV_FREE keeps the process from being
+    killed (its peak is the limit: no claim on it here)."""
+    build_tree()
+    survives(memcg, [HPCTL, "run", "cache_decay_ms=" + DECAY_MS, "cache_memcg=off", "--", sys.executable,
+                     "-c", program()], python_env())

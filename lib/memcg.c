@@ -1,0 +1,449 @@
+/* The process's memory cgroup, and how much of it the reuse cache may keep
+ * (issue 25).
+ *
+ * A container, a systemd unit, a Kubernetes pod, a Dask worker: each is a
+ * memory cgroup with a limit.  What the cache keeps after a free stays
+ * charged to it.  MADV_FREE (heap.c offer_to_kernel) lets the kernel take
+ * those pages back, but only once the charge reaches the limit: then the
+ * cgroup sits at its limit, every further charge reclaims first (the
+ * process is throttled), and the huge pages it takes come back split
+ * (measured, bench/results/pressure: the limit hit 14,000 and 184,000
+ * times per process, reuse twice as slow as mapping afresh; the peers give
+ * the memory back at free and never get there).  So in a cgroup with a
+ * limit the cache keeps at most a share of the headroom, what would be
+ * free under the limit if the cache were empty:
+ *
+ *     cached THP bytes <= MEMCG_CACHE_SHARE_PCT % of (limit - usage + cached THP bytes)
+ *
+ * At 50 % that is: the cache never holds more than is still free, so the
+ * program can grow by as much as the cache holds before the kernel has
+ * anything to reclaim, and the janitor has that long to give it back.
+ * memcg_cache_bound() is the rule; cache.c applies it when a block enters
+ * the cache and at every janitor round, oldest blocks out first.  Only THP
+ * blocks count: hugetlb pool pages are not charged to a memory cgroup.
+ *
+ * Which cgroup, which limit.  /proc/self/cgroup names the process's cgroup
+ * (v1: the line of the memory controller; v2: the "0::" line), mountinfo
+ * where that hierarchy is mounted and from which root (a container sees
+ * its own cgroup as the root).  Every level from the process's cgroup up
+ * to the mount has a limit (v1 memory.limit_in_bytes; v2 the lower of
+ * memory.max and memory.high, above which v2 throttles; "max" or 2^62 and
+ * more: none) and a usage (memory.usage_in_bytes, memory.current); the
+ * level with the least free under its limit binds (a pod's limit above a
+ * container's, a systemd slice above its services).
+ *
+ * Who reads what, when:
+ *   - the first huge mapping of a process (janitor_start(), in that thread,
+ *     once per process and fork generation): the cgroup, its levels;
+ *   - the janitor, every round: all of it again, so a process moved to
+ *     another cgroup, a limit changed, a cgroup removed are followed
+ *     within a round; while something is cached in a limited cgroup the
+ *     janitor looks every WATCH_TICK_MS (janitor.c);
+ *   - hp_free of a block about to be cached, and a fresh mapping while
+ *     something is cached, in a limited cgroup only: the binding level's
+ *     usage (open, read, close: ~3 us here), unless a reading younger than
+ *     MEMCG_FRESH_MS serves.
+ * Between two readings, what the cache hands to release.c counts as free
+ * already (memcg_releasing): else each block given back would shrink the
+ * headroom as the next evaluation sees it -- the cached bytes less, the
+ * usage not yet -- and the cache would give back more and more.
+ * A process in no limited cgroup pays one relaxed load on those paths, the
+ * small path nothing.  A file that cannot be read or says something else
+ * than a number (garbage, a cgroup removed meanwhile) sets no bound: the
+ * cache is then what cache_max and MADV_FREE make it, and nothing is lost.
+ *
+ * Threads: the binding level is written by the janitor (and by the first
+ * mapping, before there is a janitor) and read by any thread: its numbers
+ * are atomics, its directory is copied under memcg_lock, a leaf lock held
+ * for the copy alone.  Nothing is allocated (paths live on the stack):
+ * this runs inside the malloc of an interposer. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A reading of the usage younger than this serves a free (a 1 MiB
+ * temporary freed thousands of times a second must not read a file each
+ * time); memory grows by a few MiB at most meanwhile. */
+#define MEMCG_FRESH_MS 5
+/* A limit this large is none (v1 writes "no limit" as 2^63 - 4096). */
+#define NO_LIMIT ((size_t)1 << 62)
+
+enum { V1 = 1, V2 = 2 };
+
+/* ---- the binding level, as every thread sees it --------------------------------- */
+
+static pthread_mutex_t memcg_lock = PTHREAD_MUTEX_INITIALIZER;
+static char bind_dir[PRIM_MEMCG_PATH_MAX]; /* under memcg_lock */
+static int bind_version;                   /* under memcg_lock */
+static _Atomic bool limited;               /* a binding level is known */
+static _Atomic size_t bind_limit;
+static _Atomic size_t free_now = SIZE_MAX;  /* limit - usage at the last reading; SIZE_MAX: no bound */
+static _Atomic uint64_t read_at_ms;
+
+static bool bound_on(void)
+{
+	return atomic_load_explicit(&hp_cfg.cache_memcg, memory_order_relaxed);
+}
+
+size_t memcg_cache_bound(size_t charged)
+{
+	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
+	if (free == SIZE_MAX || !bound_on())
+		return SIZE_MAX;
+	size_t headroom = free > SIZE_MAX - charged ? SIZE_MAX : free + charged;
+	size_t bound = headroom / 100 * MEMCG_CACHE_SHARE_PCT;
+	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], bound, memory_order_relaxed);
+	return bound;
+}
+
+static void unbind(void)
+{
+	atomic_store_explicit(&limited, false, memory_order_relaxed);
+	atomic_store_explicit(&free_now, SIZE_MAX, memory_order_relaxed);
+	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES], 0, memory_order_relaxed);
+	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
+}
+
+/* ---- what the files say ------------------------------------------------------------ */
+
+/* A decimal number and nothing else (a newline was cut by prim). */
+static bool parse_bytes(const char *s, size_t *out)
+{
+	size_t v = 0;
+	if (*s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		if (v > (SIZE_MAX - (size_t)(*s - '0')) / 10)
+			return false;
+		v = v * 10 + (size_t)(*s - '0');
+	}
+	*out = v;
+	return *s == '\0';
+}
+
+/* A limit file: 1 and the limit, 0 for none ("max", or 2^62 and more), -1
+ * if it cannot be read or holds something else. */
+static int read_limit(const char *dir, const char *file, size_t *out)
+{
+	char buf[64];
+	if (prim_memcg_read(dir, file, buf, sizeof(buf)) < 0)
+		return -1;
+	if (strcmp(buf, "max") == 0)
+		return 0;
+	if (!parse_bytes(buf, out))
+		return -1;
+	return *out < NO_LIMIT;
+}
+
+/* The level's limit as read_limit() says it: v1's, or v2's lower of
+ * memory.max and memory.high. */
+static int level_limit(int version, const char *dir, size_t *out)
+{
+	if (version == V1)
+		return read_limit(dir, "memory.limit_in_bytes", out);
+	size_t high;
+	int max = read_limit(dir, "memory.max", out), hi = read_limit(dir, "memory.high", &high);
+	if (hi == 1 && (max != 1 || high < *out)) {
+		*out = high;
+		return 1;
+	}
+	return max == 1 ? 1 : max == 0 || hi == 0 ? 0 : -1;
+}
+
+static bool level_usage(int version, const char *dir, size_t *out)
+{
+	char buf[64];
+	const char *file = version == V1 ? "memory.usage_in_bytes" : "memory.current";
+	return prim_memcg_read(dir, file, buf, sizeof(buf)) == 0 && parse_bytes(buf, out);
+}
+
+/* ---- which cgroup (the janitor's, or the first mapping's before it) -------------- */
+
+struct self_cgroup {
+	int version;                      /* 0: none found */
+	char path[PRIM_MEMCG_PATH_MAX];   /* as /proc/self/cgroup says it */
+};
+
+/* Whether word is one of the comma-separated list [s, s + len). */
+static bool has_word(const char *s, size_t len, const char *word)
+{
+	size_t w = strlen(word);
+	for (const char *end = s + len; s < end;) {
+		const char *comma = memchr(s, ',', (size_t)(end - s));
+		size_t n = comma ? (size_t)(comma - s) : (size_t)(end - s);
+		if (n == w && strncmp(s, word, w) == 0)
+			return true;
+		s += n + 1;
+	}
+	return false;
+}
+
+static void set_path(struct self_cgroup *c, int version, const char *path)
+{
+	size_t n = strlen(path);
+	if (n >= sizeof(c->path)) {
+		c->version = 0; /* too long to read below: no bound */
+		return;
+	}
+	memcpy(c->path, path, n + 1);
+	c->version = version;
+}
+
+/* "hierarchy-ID:controllers:path": v1's memory line wins over v2's "0::". */
+static int cgroup_line(char *line, void *arg)
+{
+	struct self_cgroup *c = arg;
+	const char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+
+	if (!b || b[1] != '/')
+		return 0;
+	if (has_word(a + 1, (size_t)(b - a - 1), "memory")) {
+		set_path(c, V1, b + 1);
+		return 1;
+	}
+	if (b == a + 1 && a == line + 1 && line[0] == '0')
+		set_path(c, V2, b + 1);
+	return 0;
+}
+
+/* mountinfo's octal escapes (\040 a space, \134 a backslash), in place. */
+static void unescape(char *s)
+{
+	char *out = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*out++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
+			s += 3;
+		} else {
+			*out++ = *s;
+		}
+	}
+	*out = '\0';
+}
+
+struct mount_search {
+	const struct self_cgroup *self;
+	char dir[PRIM_MEMCG_PATH_MAX];    /* the cgroup's directory; "" until found */
+	char point[PRIM_MEMCG_PATH_MAX];  /* its hierarchy's mount point */
+};
+
+/* Below a mount root, path's part that follows it; NULL if not below it. */
+static const char *below(const char *path, const char *root)
+{
+	size_t n = strlen(root);
+	if (strcmp(root, "/") == 0)
+		return path;
+	if (strncmp(path, root, n) != 0 || (path[n] != '/' && path[n] != '\0'))
+		return NULL;
+	return path + n;
+}
+
+/* "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER":
+ * the first mount of the process's hierarchy whose root holds its cgroup. */
+static int mount_line(char *line, void *arg)
+{
+	struct mount_search *m = arg;
+	char *field[16], *save = NULL;
+	int n = 0;
+
+	for (char *t = strtok_r(line, " ", &save); t && n < 16; t = strtok_r(NULL, " ", &save))
+		field[n++] = t;
+	int dash = 6; /* optional fields between OPTIONS and "-" */
+	while (dash < n && strcmp(field[dash], "-") != 0)
+		dash++;
+	if (dash + 1 >= n)
+		return 0;
+	const char *fstype = field[dash + 1], *super = dash + 3 < n ? field[dash + 3] : "";
+	bool match = m->self->version == V1
+			     ? strcmp(fstype, "cgroup") == 0 && has_word(super, strlen(super), "memory")
+			     : strcmp(fstype, "cgroup2") == 0;
+	if (!match)
+		return 0;
+	unescape(field[3]);
+	unescape(field[4]);
+	const char *rel = below(m->self->path, field[3]);
+	if (!rel)
+		return 0;
+	if (strcmp(rel, "/") == 0)
+		rel = "";
+	int len = snprintf(m->dir, sizeof(m->dir), "%s%s", field[4], rel);
+	if (len < 0 || (size_t)len >= sizeof(m->dir) || strlen(field[4]) >= sizeof(m->point)) {
+		m->dir[0] = '\0';
+		return 1; /* too long: no bound */
+	}
+	snprintf(m->point, sizeof(m->point), "%s", field[4]);
+	return 1;
+}
+
+/* The janitor's view of where the process is.  mountinfo can be long (a
+ * host with many containers): it is read again only when /proc/self/cgroup
+ * changes (a move) or when no level's limit could be read (unmounted). */
+static struct {
+	struct self_cgroup self;
+	struct mount_search mount;
+	bool found;
+} where;
+
+static bool locate(void)
+{
+	struct self_cgroup now = {0};
+
+	if (prim_proc_self_lines("cgroup", cgroup_line, &now) < 0 || !now.version) {
+		where.found = false;
+		return false;
+	}
+	if (where.found && now.version == where.self.version && strcmp(now.path, where.self.path) == 0)
+		return true;
+	where.self = now;
+	where.mount = (struct mount_search){.self = &where.self};
+	where.found = prim_proc_self_lines("mountinfo", mount_line, &where.mount) > 0 && where.mount.dir[0];
+	return where.found;
+}
+
+/* ---- the binding level ------------------------------------------------------------ */
+
+struct level {
+	char dir[PRIM_MEMCG_PATH_MAX];
+	size_t limit, free;
+};
+
+/* Every level from the cgroup up to its mount: 1 and the one with the
+ * least free under its limit; 0 if no level has a limit; -1 if no level's
+ * limit could be read (the mount is gone, or elsewhere now). */
+static int binding_level(struct level *best)
+{
+	char dir[PRIM_MEMCG_PATH_MAX];
+	size_t point_len = strlen(where.mount.point);
+	int found = -1;
+
+	snprintf(dir, sizeof(dir), "%s", where.mount.dir);
+	for (;;) {
+		size_t limit, usage;
+		int has = level_limit(where.self.version, dir, &limit);
+		if (has == 0 && found < 0)
+			found = 0;
+		if (has == 1 && level_usage(where.self.version, dir, &usage)) {
+			size_t free = usage < limit ? limit - usage : 0;
+			if (found < 1 || free < best->free) {
+				snprintf(best->dir, sizeof(best->dir), "%s", dir);
+				best->limit = limit;
+				best->free = free;
+				found = 1;
+			}
+		}
+		char *slash = strrchr(dir, '/');
+		if (strlen(dir) <= point_len || !slash || (size_t)(slash - dir) < point_len)
+			break;
+		*slash = '\0';
+	}
+	return found;
+}
+
+static void bind(const struct level *l)
+{
+	pthread_mutex_lock(&memcg_lock);
+	memcpy(bind_dir, l->dir, sizeof(bind_dir));
+	bind_version = where.self.version;
+	pthread_mutex_unlock(&memcg_lock);
+	atomic_store_explicit(&bind_limit, l->limit, memory_order_relaxed);
+	atomic_store_explicit(&free_now, l->free, memory_order_relaxed);
+	atomic_store_explicit(&read_at_ms, hp_now_ms(), memory_order_relaxed);
+	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES], l->limit, memory_order_relaxed);
+	atomic_store_explicit(&limited, true, memory_order_relaxed);
+}
+
+/* Where the process is, its binding level: bound, or no bound. */
+static bool look(void)
+{
+	struct level l;
+	if (!bound_on() || !locate()) {
+		unbind();
+		return false;
+	}
+	int found = binding_level(&l);
+	if (found < 0)
+		where.found = false; /* unmounted, moved: mountinfo again next time */
+	if (found <= 0) {
+		unbind();
+		return false;
+	}
+	bind(&l);
+	return true;
+}
+
+void memcg_start(void)
+{
+	look();
+}
+
+bool memcg_watch(void)
+{
+	return look() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+}
+
+/* The binding level's usage again, unless a reading younger than
+ * MEMCG_FRESH_MS serves; an unreadable one: no bound until the janitor
+ * finds one again. */
+static void refresh(void)
+{
+	char dir[PRIM_MEMCG_PATH_MAX];
+	size_t usage;
+	uint64_t now = hp_now_ms();
+
+	if (now - atomic_load_explicit(&read_at_ms, memory_order_relaxed) < MEMCG_FRESH_MS)
+		return;
+	pthread_mutex_lock(&memcg_lock);
+	memcpy(dir, bind_dir, sizeof(dir));
+	int version = bind_version;
+	pthread_mutex_unlock(&memcg_lock);
+	size_t limit = atomic_load_explicit(&bind_limit, memory_order_relaxed);
+	if (!level_usage(version, dir, &usage)) {
+		atomic_store_explicit(&free_now, SIZE_MAX, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&free_now, usage < limit ? limit - usage : 0, memory_order_relaxed);
+	atomic_store_explicit(&read_at_ms, now, memory_order_relaxed);
+}
+
+void memcg_releasing(size_t bytes)
+{
+	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed), more;
+	do {
+		if (free == SIZE_MAX)
+			return; /* no bound */
+		more = free < SIZE_MAX - 1 - bytes ? free + bytes : SIZE_MAX - 1;
+	} while (!atomic_compare_exchange_weak_explicit(&free_now, &free, more, memory_order_relaxed,
+							memory_order_relaxed));
+}
+
+void memcg_before_cache(void)
+{
+	if (atomic_load_explicit(&limited, memory_order_relaxed) && bound_on())
+		refresh();
+}
+
+bool memcg_before_map(size_t size)
+{
+	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on() ||
+	    !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
+		return false;
+	refresh();
+	/* the new block will be charged once touched: count it now */
+	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
+	if (free == SIZE_MAX)
+		return false;
+	atomic_store_explicit(&free_now, free > size ? free - size : 0, memory_order_relaxed);
+	return true;
+}
+
+/* The child keeps the binding level its parent knew until its own first
+ * huge mapping looks again; the lock may have been held by a thread the
+ * child does not have. */
+void memcg_fork(int phase)
+{
+	fork_mutex(&memcg_lock, phase);
+	if (phase == FORK_CHILD)
+		where.found = false; /* the parent's janitor may have been writing it */
+}

@@ -1,0 +1,363 @@
+/* The memory cgroup's bound on the cache (lib/memcg.c) in a real memory
+ * cgroup: the process moves itself into a fresh one with a limit (v1 here,
+ * v2 where that has the memory controller), and the kernel's own numbers
+ * judge -- the blocks still mapped after their free (/proc/self/maps: the
+ * cache's), the cgroup's usage and how often its charge hit the limit
+ * (v1 memory.failcnt, v2 memory.events "max"):
+ *   - the bound engages: after a free the cache holds at most
+ *     MEMCG_CACHE_SHARE_PCT of the headroom (limit - usage + cached), the
+ *     janitor having found the cgroup the process moved to;
+ *   - a limit lowered at run time is followed, without any call into the
+ *     library; raised again, freed blocks are kept again;
+ *   - a fresh mapping that would take the cache over its share gives the
+ *     cache back first, in the allocating thread: right after the malloc,
+ *     before the block is touched, the cache is within the share of what
+ *     the headroom will be, and touching the block never hits the limit.
+ * Root, and a memory controller (capability memcg); the cgroup is removed
+ * at exit (the process moved back first), and one a killed run left is
+ * removed by the next. */
+#include "harness.h"
+#include "../../lib/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLOCK (32 * MiB)
+#define NBLOCKS 6
+#define WITHIN_MS 3000
+#define PREFIX "hpalloc-ctest-"
+#define V1_PARENT "/sys/fs/cgroup/memory"
+
+static struct {
+	int version;
+	char parent[256]; /* where cgroups of that version are made */
+	char dir[512];    /* ours, "" if none */
+	char home[512];   /* where the process was */
+} cg;
+
+static bool read_text(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return true;
+}
+
+static bool write_text(const char *dir, const char *file, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static bool write_text(const char *dir, const char *file, const char *fmt, ...)
+{
+	char path[700];
+	va_list ap;
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	FILE *f = fopen(path, "we");
+	if (!f)
+		return false;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	return fclose(f) == 0;
+}
+
+static size_t read_num(const char *file)
+{
+	char path[700], buf[64];
+	snprintf(path, sizeof(path), "%s/%s", cg.dir, file);
+	if (!read_text(path, buf, sizeof(buf)))
+		fail_msg("cannot read %s", path);
+	return (size_t)strtoull(buf, NULL, 10);
+}
+
+static size_t usage(void)
+{
+	return read_num(cg.version == 1 ? "memory.usage_in_bytes" : "memory.current");
+}
+
+static size_t limit_hits(void)
+{
+	if (cg.version == 1)
+		return read_num("memory.failcnt");
+	char path[700], buf[512];
+	snprintf(path, sizeof(path), "%s/memory.events", cg.dir);
+	if (!read_text(path, buf, sizeof(buf)))
+		fail_msg("cannot read %s", path);
+	char *p = strstr(buf, "\nmax ");
+	return p ? (size_t)strtoull(p + 5, NULL, 10) : 0;
+}
+
+static void set_limit(size_t limit)
+{
+	if (!write_text(cg.dir, cg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit))
+		fail_msg("cannot set the limit of %s: %s", cg.dir, strerror(errno));
+}
+
+/* Where cgroups of a version with the memory controller can be made here. */
+static bool find_parent(char *why, size_t len)
+{
+	char buf[512], line[512], path[300];
+	if (access(V1_PARENT "/memory.limit_in_bytes", F_OK) == 0) {
+		cg.version = 1;
+		snprintf(cg.parent, sizeof(cg.parent), V1_PARENT);
+		return true;
+	}
+	FILE *f = fopen("/proc/self/mounts", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char mnt[256], type[64];
+		if (sscanf(line, "%*s %255s %63s", mnt, type) == 2 && strcmp(type, "cgroup2") == 0) {
+			snprintf(cg.parent, sizeof(cg.parent), "%s", mnt);
+			cg.version = 2;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (cg.version != 2) {
+		snprintf(why, len, "no cgroup v1 memory hierarchy, no cgroup2 mount");
+		return false;
+	}
+	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cg.parent);
+	if (!read_text(path, buf, sizeof(buf)) || !strstr(buf, "memory")) {
+		snprintf(why, len, "cgroup v2 at %s: the memory controller is not in cgroup.subtree_control",
+			 cg.parent);
+		return false;
+	}
+	return true;
+}
+
+/* The process's cgroup of that version, as a directory. */
+static void find_home(void)
+{
+	char line[512];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+		if (!b)
+			continue;
+		*b = '\0';
+		bool v1_memory = strstr(a + 1, "memory") != NULL, v2 = b == a + 1 && line[0] == '0';
+		if ((cg.version == 1 && v1_memory) || (cg.version == 2 && v2))
+			snprintf(cg.home, sizeof(cg.home), "%s%s", cg.parent, b + 1);
+	}
+	fclose(f);
+}
+
+/* PREFIX<pid>-... cgroups whose pid is gone (a run killed outright). */
+static void remove_stale(void)
+{
+	DIR *d = opendir(cg.parent);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		long pid;
+		char path[700];
+		if (sscanf(e->d_name, PREFIX "%ld", &pid) != 1 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", cg.parent, e->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void leave(void)
+{
+	if (!cg.dir[0])
+		return;
+	write_text(cg.home, "cgroup.procs", "%d", (int)getpid());
+	for (int i = 0; i < 100 && rmdir(cg.dir) != 0 && errno == EBUSY; i++)
+		usleep(20000);
+	cg.dir[0] = '\0';
+}
+
+/* The process in a fresh cgroup limited to limit, the janitor aware of it. */
+static void enter(size_t limit)
+{
+	char why[512];
+	if (!harness_is_root())
+		harness_skip_cap("root", "making a memory cgroup needs root");
+	if (!find_parent(why, sizeof(why)))
+		harness_skip_cap("memcg", "%s", why);
+	find_home();
+	if (!cg.home[0])
+		fail_msg("the process's cgroup of v%d is not in /proc/self/cgroup", cg.version);
+	remove_stale();
+	snprintf(cg.dir, sizeof(cg.dir), "%s/" PREFIX "%d", cg.parent, (int)getpid());
+	if (mkdir(cg.dir, 0755) != 0 && errno != EEXIST) {
+		int err = errno;
+		cg.dir[0] = '\0';
+		harness_skip_cap("memcg", "cannot make a cgroup in %s: %s", cg.parent, strerror(err));
+	}
+	set_limit(limit);
+	if (cg.version == 2)
+		write_text(cg.dir, "memory.swap.max", "0");
+	if (!write_text(cg.dir, "cgroup.procs", "%d", (int)getpid()))
+		fail_msg("cannot move into %s: %s", cg.dir, strerror(errno));
+	uint64_t end = harness_now_ms() + WITHIN_MS;
+	while (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit && harness_now_ms() < end)
+		harness_sleep_ms(10);
+	if (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit)
+		fail_msg("the janitor did not find the cgroup %s (limit %zu MiB) within %d ms: "
+			 "memcg_limit_bytes %llu", cg.dir, limit >> 20, WITHIN_MS,
+			 (unsigned long long)harness_stat(HP_STAT_MEMCG_LIMIT_BYTES));
+}
+
+/* THP blocks cached for long, the janitor running, the cache empty. */
+static void knobs(void)
+{
+	harness_thp_cache("1G", "600000");
+}
+
+static void make_blocks(void **b, int n)
+{
+	for (int i = 0; i < n; i++) {
+		b[i] = hp_malloc(BLOCK);
+		assert_non_null(b[i]);
+		harness_touch(b[i], BLOCK);
+	}
+}
+
+static void free_all(void **b, int n)
+{
+	for (int i = 0; i < n; i++)
+		hp_free(b[i]);
+}
+
+/* What the kernel still maps of freed blocks: the cache's. */
+static size_t cached_of(void *const *b, int n)
+{
+	hp_release_drain();
+	return harness_still_mapped(b, (size_t)n, BLOCK);
+}
+
+/* The rule: a share of (limit - usage + cached); also_charged is memory
+ * about to be charged (a fresh block not yet touched). */
+static size_t rule(size_t limit, size_t use, size_t cached, size_t also_charged)
+{
+	size_t charged = use + also_charged;
+	size_t headroom = charged < limit ? limit - charged + cached : cached;
+	return headroom / 100 * MEMCG_CACHE_SHARE_PCT;
+}
+
+static void test_bound_engages(void **state)
+{
+	(void)state;
+	void *b[NBLOCKS];
+	const size_t limit = 256 * MiB;
+	knobs();
+	enter(limit);
+	size_t hits = limit_hits();
+	uint64_t released = harness_stat(HP_STAT_MEMCG_RELEASED_BYTES);
+	make_blocks(b, NBLOCKS);
+	size_t peak_use = usage();
+	free_all(b, NBLOCKS);
+	size_t cached = cached_of(b, NBLOCKS), use = usage();
+	print_message("limit %zu MiB, %d blocks of %zu MiB (usage %zu MiB) freed: %zu MiB still "
+		      "mapped, usage %zu MiB, the rule allows %zu MiB; memcg_released_bytes +%llu MiB, "
+		      "limit hit %zu times\n", limit >> 20, NBLOCKS, BLOCK >> 20, peak_use >> 20,
+		      cached >> 20, use >> 20, rule(limit, use, cached, 0) >> 20,
+		      (unsigned long long)(harness_stat(HP_STAT_MEMCG_RELEASED_BYTES) - released) >> 20,
+		      limit_hits() - hits);
+	assert_true(cached <= rule(limit, use, cached, 0));
+	assert_true(cached > 0); /* a bound, not no cache */
+	assert_true(harness_stat(HP_STAT_MEMCG_RELEASED_BYTES) - released >= NBLOCKS * BLOCK - cached);
+	assert_int_equal(limit_hits(), hits);
+	leave();
+}
+
+static void test_limit_followed(void **state)
+{
+	(void)state;
+	void *b[NBLOCKS];
+	knobs();
+	enter(GiB);
+	make_blocks(b, NBLOCKS);
+	free_all(b, NBLOCKS);
+	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK); /* far below the limit: all kept */
+
+	size_t lower = usage() + 64 * MiB; /* above the usage: nothing for the kernel to reclaim */
+	size_t hits = limit_hits();
+	set_limit(lower);
+	uint64_t end = harness_now_ms() + WITHIN_MS;
+	size_t cached, use;
+	for (;;) {
+		cached = cached_of(b, NBLOCKS);
+		use = usage();
+		if (cached <= rule(lower, use, cached, 0) || harness_now_ms() >= end)
+			break;
+		harness_sleep_ms(20);
+	}
+	print_message("limit lowered to %zu MiB at run time: %zu of %zu MiB still mapped (the rule "
+		      "allows %zu MiB), limit hit %zu times\n", lower >> 20, cached >> 20,
+		      (NBLOCKS * BLOCK) >> 20, rule(lower, use, cached, 0) >> 20, limit_hits() - hits);
+	assert_true(cached <= rule(lower, use, cached, 0));
+	assert_int_equal(limit_hits(), hits);
+
+	set_limit(GiB); /* raised again: kept again */
+	end = harness_now_ms() + WITHIN_MS;
+	while (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != GiB && harness_now_ms() < end)
+		harness_sleep_ms(10);
+	hp_cache_flush();
+	make_blocks(b, NBLOCKS);
+	free_all(b, NBLOCKS);
+	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK);
+	leave();
+}
+
+static void test_fresh_mapping_gives_back(void **state)
+{
+	(void)state;
+	void *b[4];
+	const size_t limit = 512 * MiB, big_size = 416 * MiB;
+	knobs();
+	enter(limit);
+	make_blocks(b, 4);
+	free_all(b, 4);
+	assert_int_equal(cached_of(b, 4), 4 * BLOCK); /* within the share */
+	size_t hits = limit_hits();
+	void *big = hp_malloc(big_size); /* no cached block holds it: fresh */
+	assert_non_null(big);
+	hp_release_drain();
+	/* the freed blocks still mapped are the cache's -- apart from where big
+	 * lies, which only a released one can have left room for */
+	size_t cached = 0, use = usage();
+	for (int i = 0; i < 4; i++)
+		if ((char *)b[i] + BLOCK <= (char *)big || (char *)b[i] >= (char *)big + big_size)
+			cached += harness_mapped(b[i], BLOCK);
+	print_message("limit %zu MiB, %zu MiB cached, a fresh %zu MiB block: before its first touch "
+		      "%zu MiB still mapped of the cached blocks, the rule allows %zu MiB\n",
+		      limit >> 20, (4 * BLOCK) >> 20, big_size >> 20, cached >> 20,
+		      rule(limit, use, cached, big_size) >> 20);
+	assert_true(cached <= rule(limit, use, cached, big_size));
+	harness_touch(big, big_size);
+	size_t after = limit_hits() - hits;
+	print_message("the block touched: usage %zu MiB, limit hit %zu times\n", usage() >> 20, after);
+	assert_int_equal(after, 0);
+	hp_free(big);
+	leave();
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_bound_engages),
+		HTEST(test_limit_followed),
+		HTEST(test_fresh_mapping_gives_back),
+	};
+
+	harness_init(argc, argv);
+	atexit(leave); /* a failed case left it: out, and removed */
+	int rc = harness_run("memcg_bound", tests, ARRAY_SIZE(tests));
+	leave();
+	return rc;
+}
