@@ -52,8 +52,16 @@
  *     populate_watch() takes pop_lock only to fill a slot: nothing here is
  *     a cancellation point for the program.  pop_lock is held by no one
  *     who takes another lock, and no other lock is held while taking it.
- *   - Fork: pop_lock is taken around it (lifecycle.c's table); the child has
- *     no workers and no jobs (its first fresh block starts its own workers).
+ *   - Fork: pop_lock is taken around it (lifecycle.c's table), and fork
+ *     waits until no worker is inside a job: a worker looks at a chunk
+ *     (mincore) before it faults it in, and a fault-in after a fork that
+ *     came between the two -- the program having touched the chunk
+ *     meanwhile -- is a write to a page the child now shares: it copies the
+ *     page and splits the parent's huge page (seen: tests/preload/fork's
+ *     parent left with part of its block on 4 KiB pages).  The wait is
+ *     one chunk's fault at most, which the kernel mostly makes a fork wait
+ *     for anyway (the fault holds mmap_lock).  The child has no workers
+ *     and no jobs (its first fresh block starts its own workers).
  *   - NUMA: the block is placed (mbind, heap.c) before its job exists, so a
  *     bind, interleave or preferred block gets its pages where its policy
  *     says whoever faults; for default and local blocks the worker takes
@@ -111,6 +119,7 @@ static struct job jobs[MAX_JOBS];
 static unsigned job_gen;
 static _Atomic int njobs;        /* slots in use: hp_free's lock-free look */
 static int started;              /* workers created (pop_lock) */
+static bool forking;             /* a fork waits for the workers to leave their jobs (pop_lock) */
 static bool create_failed;       /* one could not be: not tried again */
 static _Atomic bool unsupported; /* no MADV_POPULATE_WRITE in this kernel */
 
@@ -299,6 +308,9 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 {
 	uint64_t now = now_us(), soonest = UINT64_MAX;
 
+	*wait_us = 0;
+	if (forking)
+		return NOTHING; /* until populate_fork's parent phase wakes us */
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
@@ -531,13 +543,36 @@ void populate_forget(const void *addr)
 	pthread_mutex_unlock(&pop_lock);
 }
 
-/* The child has no workers: its jobs go (their blocks stay live, as
- * the program's), and its first fresh block starts workers of its own. */
+/* pop_lock held: any worker inside a job (a look or a fault-in)? */
+static bool workers_inside(void)
+{
+	for (int i = 0; i < MAX_JOBS; i++)
+		if (jobs[i].used && jobs[i].inflight)
+			return true;
+	return false;
+}
+
+/* Prepare: no worker inside a job across the fork (the first comment says
+ * why), none starts one until the parent phase.  The child has no
+ * workers: its jobs go (their blocks stay live, as the program's), and
+ * its first fresh block starts workers of its own. */
 void populate_fork(int phase)
 {
+	if (phase == FORK_PARENT) {
+		forking = false;
+		pthread_cond_broadcast(&work_cond);
+	}
 	fork_mutex(&pop_lock, phase);
+	if (phase == FORK_PREPARE) {
+		HP_NOCANCEL_BEGIN; /* fork is no cancellation point */
+		forking = true;
+		while (workers_inside())
+			pthread_cond_wait(&idle_cond, &pop_lock);
+		HP_NOCANCEL_END;
+	}
 	if (phase != FORK_CHILD)
 		return;
+	forking = false;
 	pthread_cond_init(&work_cond, NULL);
 	pthread_cond_init(&idle_cond, NULL);
 	memset(jobs, 0, sizeof(jobs));

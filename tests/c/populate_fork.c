@@ -1,25 +1,39 @@
 /* fork() while populate workers are inside a block (lib/populate.c, issue
- * 27).  fork takes pop_lock (lifecycle.c's table), which no worker holds
- * while it faults, so it never waits for one; the child has no workers and
- * no jobs, keeps the parent's blocks as the program's, and starts workers
- * of its own with its own first fresh block.
+ * 27).  fork waits until no worker is inside a job: a worker looks at a
+ * chunk before it faults it in, and a fault-in after a fork that came
+ * between the two -- the program having written the chunk meanwhile -- is
+ * a write to pages the child now shares, which copies them in the parent
+ * (and splits its huge page: tests/preload/fork once found its parent's
+ * block partly on 4 KiB pages).  The child has no workers and no jobs,
+ * keeps the parent's blocks as the program's, and starts workers of its
+ * own with its own first fresh block.
  *
- * First a worker is held inside the block (populate_util.h) while the
- * parent forks: the child reads the parent's data, populates a block of
- * its own and exits 0; the parent lets the worker go and finds its block
- * whole.  Then 20 forks race live workers. */
+ * First a worker is held inside a chunk (populate_util.h) that the program
+ * then writes, and the program forks while a thread lets the worker go
+ * HOLD_MS later: fork returns only after that, and the parent's pages of
+ * the chunk are the ones it had before the fork (pagemap: not copied).
+ * The child reads the parent's data, populates a block of its own and
+ * exits 0; the parent finds its block whole.  Then 20 forks race live
+ * workers. */
 #include "harness.h"
 #include "fault.h"
 #include "populate_util.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SIZE (256 * MiB)
 #define CHILD_SIZE (128 * MiB)
+#define CHUNK (2 * MiB)
+#define PAGE 4096
+#define HOLD_MS 300
 
 static int check(bool ok, const char *what)
 {
@@ -63,6 +77,37 @@ static int wait_child(pid_t pid)
 	return 0;
 }
 
+static _Atomic bool released;
+
+static void *release_later(void *arg)
+{
+	(void)arg;
+	struct timespec ts = {0, HOLD_MS * 1000000L};
+	nanosleep(&ts, NULL);
+	atomic_store(&released, true);
+	pop_hold_workers(false);
+	return NULL;
+}
+
+/* The pages of [addr, addr + len) the parent has after the fork are the
+ * ones it had before: shared with the child, not copied. */
+static int same_pages(const uint64_t *before, const char *addr, size_t len)
+{
+	size_t n = len / PAGE, moved = 0;
+	uint64_t *after = calloc(n, sizeof(*after));
+	if (!after || harness_pfns(addr, len, after) < 0) {
+		free(after);
+		return check(false, "no pagemap");
+	}
+	for (size_t i = 0; i < n; i++)
+		moved += after[i] != before[i];
+	free(after);
+	if (moved)
+		fprintf(stderr, "FAIL: %zu of the %zu pages the program wrote before the fork were copied "
+			"in the parent after it (a worker's fault-in after the fork)\n", moved, n);
+	return moved ? 1 : 0;
+}
+
 static int child_fork_held(void)
 {
 	bool skip;
@@ -72,13 +117,44 @@ static int child_fork_held(void)
 		fprintf(stderr, "%s\n", why);
 		return skip ? 77 : 1;
 	}
-	alarm(60); /* a fork waiting for the held worker never returns */
+	/* the program writes the held worker's chunk, all but the page the
+	 * worker waits for, before the fork */
+	uintptr_t held = pop_hold_first_held() & ~(uintptr_t)(PAGE - 1);
+	char *rest = (char *)held + PAGE;
+	size_t len = ((held & ~(uintptr_t)(CHUNK - 1)) + CHUNK) - (uintptr_t)rest;
+	uint64_t *before = calloc(len / PAGE, sizeof(*before));
+	int fds[2];
+	pthread_t t;
+	if (!held || !len || !before || pipe(fds) != 0) {
+		free(before);
+		return check(false, "no held fault, no memory or no pipe");
+	}
+	memset(rest, 0x5a, len);
+	int bad = check(harness_pfns(rest, len, before) == 0, "no pagemap");
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	atomic_store(&released, false);
+	if (pthread_create(&t, NULL, release_later, NULL) != 0)
+		return check(false, "pthread_create");
+	alarm(60); /* a fork waiting for a worker nobody lets go never returns */
 	pid_t pid = fork();
-	if (pid == 0)
+	if (pid == 0) { /* shares the parent's pages until the parent has looked */
+		char c;
+		close(fds[1]);
+		while (read(fds[0], &c, 1) > 0)
+			;
 		_exit(child_side(p));
+	}
 	alarm(0);
-	int bad = wait_child(pid);
-	pop_hold_workers(false);
+	bool waited = atomic_load(&released);
+	pthread_join(t, NULL);
+	close(fds[0]);
+	bad |= check(waited, "fork returned while a populate worker was inside the block");
+	bad |= check(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
+		     "the held worker's fault-in never completed");
+	bad |= same_pages(before, rest, len);
+	free(before);
+	close(fds[1]); /* the child goes on */
+	bad |= wait_child(pid);
 	harness_fill_slowly(p + POP_FILLED, SIZE - POP_FILLED, 5, 0); /* the rest, as the program would */
 	pop_hold_stop();
 	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's first data changed");

@@ -140,6 +140,14 @@ bool pop_hold_wait_held(unsigned ms)
 	return atomic_load(&nheld) > 0;
 }
 
+uintptr_t pop_hold_first_held(void)
+{
+	pthread_mutex_lock(&held_lock);
+	uintptr_t addr = atomic_load(&nheld) > 0 ? held[0] : 0;
+	pthread_mutex_unlock(&held_lock);
+	return addr;
+}
+
 int pop_hold_worker_faults(void)
 {
 	return atomic_load(&worker_faults);

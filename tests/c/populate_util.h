@@ -30,6 +30,8 @@ int pop_hold_start(void *addr, size_t len, char *why, size_t why_len);
 void pop_hold_workers(bool hold);
 /* Wait up to ms until a worker's fault is held; false if none came. */
 bool pop_hold_wait_held(unsigned ms);
+/* The address of the first fault held now, or 0. */
+uintptr_t pop_hold_first_held(void);
 /* Faults of workers seen so far (served or held). */
 int pop_hold_worker_faults(void);
 /* Serve what is held, stop the thread, close the userfaultfd. */
