@@ -221,7 +221,8 @@ enum hp_stat {
 	HP_STAT_POPULATE_SAVED_US,  /* estimate: the workers' time on chunks the program
 				       then went past (what its own faults would have cost) */
 	HP_STAT_POPULATE_THREADS,   /* gauge: populate workers running */
-	HP_STAT_MEMCG_LIMIT_BYTES,  /* gauge: the memory cgroup's limit that binds, 0 if none */
+	HP_STAT_MEMCG_LIMIT_BYTES,  /* gauge: the memory cgroup's limit that binds, 0 if none
+				       (or a limit of 0: the bound is 0 then too) */
 	HP_STAT_MEMCG_CACHE_BOUND,  /* gauge: what the cache may keep under that limit (its
 				       share of the headroom), as last worked out */
 	HP_STAT_MEMCG_RELEASED_BYTES, /* cached (or freed) THP bytes given back to keep

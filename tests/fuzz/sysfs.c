@@ -18,9 +18,9 @@
  * it has, ascending, each with a terminated setting, serving madvised
  * memory exactly when its setting is always or madvise, or inherit while
  * the top-level one is; prim_pool_counter() is the file's leading number or
- * -1 without one; memcg.c finds no limit (memcg_limit_bytes 0, and no bound
- * on the cache) or one below 2^62, under which the cache may keep at most
- * half. */
+ * -1 without one; memcg.c finds no limit (no bound on the cache) or one
+ * below 2^62, under which the cache may keep at most half (nothing under a
+ * limit of 0). */
 #include "fuzz.h"
 #include "internal.h"
 
@@ -163,9 +163,11 @@ static void check_memcg(void)
 	size_t bound = memcg_cache_bound(0);
 	if (limit >= (uint64_t)1 << 62)
 		fuzz_fail("memcg: a limit of %llu bytes is no limit", (unsigned long long)limit);
-	if (!limit && bound != SIZE_MAX)
-		fuzz_fail("memcg: no limit, but a bound of %zu bytes", bound);
-	if (limit && bound > limit / 2)
+	if (limit && bound == SIZE_MAX)
+		fuzz_fail("memcg: limit %llu, but no bound on the cache", (unsigned long long)limit);
+	/* memcg_limit_bytes is 0 both without a limit and under a limit of 0
+	 * (v2's memory.high may be 0): the bound then is none or 0 */
+	if (bound != SIZE_MAX && bound > limit / 2)
 		fuzz_fail("memcg: limit %llu, but the cache may keep %zu", (unsigned long long)limit, bound);
 }
 
