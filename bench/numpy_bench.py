@@ -29,6 +29,7 @@ also on Ctrl-C or SIGTERM.
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -500,6 +501,18 @@ def check_peers(contenders, opts):
             c.skip_reason = "needs a hugetlb pool (--pools)"
         elif c.uses_hpctl() and not opts.hpctl:
             c.skip_reason = "no hpctl to run it with (--hpctl)"
+        elif c.name == "torch-thp" and not torch_has_thp_switch():
+            c.skip_reason = "this PyTorch has no THP_MEM_ALLOC_ENABLE (2.2 and later have)"
+
+
+def torch_has_thp_switch():
+    """PyTorch 2.2 and later read THP_MEM_ALLOC_ENABLE (no PyTorch: the
+    torch workload is skipped anyway)."""
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("torch").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return True
+    return (major, minor) >= (2, 2)
 
 
 def missing_libraries(workloads):
@@ -812,7 +825,7 @@ SUMMARY_ROWS = [("temp256M", None, "temporaries 256 MiB, ÷ in-place"),
                 ("pressure", "cgroup", "issue 25's program in a 1.6 GiB cgroup: its peak (OOM kills)"),
                 ("reuse", None, "reuse 4 × 64 MiB, no memory limit, ms"),
                 ("reuse-pressure", None, "reuse 4 × 64 MiB, 1.6 GiB limit (pressure), ms")]
-HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp")
+HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "torch-thp")
 
 
 def summary_value(s, key):
@@ -853,7 +866,7 @@ def summary_table(summary, contenders):
     by_name = {c.name: c for c in contenders}
     hp_names = [c.name for c in contenders if c.hpalloc and not c.name.endswith("ctl")]
     head = ["workload", "NumPy default", "tcmalloc", "jemalloc", "mimalloc", "glibc hugetlb=1",
-            "hpalloc, default knobs", "hpalloc, best", "best hpalloc ÷ best peer"]
+            "PyTorch THP", "hpalloc, default knobs", "hpalloc, best", "best hpalloc ÷ best peer"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for w, key, title in SUMMARY_ROWS:
         if w not in summary:
@@ -864,6 +877,7 @@ def summary_table(summary, contenders):
             c = by_name.get(name)
             cell = summary_cell(summary, w, name, key, unit)
             cells.append(cell if cell is not None else
+                         "–" if c is not None and not c.runs(w) else  # a switch for other programs
                          "skipped" if c is None or c.skip_reason else "failed")
         hp_best, hp_name = best_of(summary, w, hp_names, key)
         peer, peer_name = best_of(summary, w, peers(summary), key)

@@ -227,6 +227,9 @@ enum hp_stat {
 				       share of the headroom), as last worked out */
 	HP_STAT_MEMCG_RELEASED_BYTES, /* cached (or freed) THP bytes given back to keep
 					 the cache under that bound */
+	HP_STAT_LIBC_TRIMS,         /* times libc gave back the free memory it held
+				       (malloc_trim) before a fresh block that did
+				       not fit under that limit */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

@@ -91,12 +91,15 @@ static void make_room(struct hp_plan p, size_t size)
 {
 	/* memcg.c: a THP block's pages will be charged to the cgroup (a
 	 * hugetlb block's are the pool's) */
-	if (p.backend == HP_BACKEND_THP && memcg_before_map(size)) {
+	unsigned asks = p.backend == HP_BACKEND_THP ? memcg_before_map(size) : 0;
+	if (asks & MEMCG_SHRINK_CACHE) {
 		pthread_mutex_lock(&hp_heap_lock);
 		release_adopt(cache_take_over_memcg());
 		pthread_mutex_unlock(&hp_heap_lock);
 		release_flush(true);
 	}
+	if (asks & MEMCG_SHORT)
+		small_libc_give_back(); /* else the kernel has nothing to reclaim for it */
 	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
 	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
 		return;

@@ -352,6 +352,9 @@ HP_HIDDEN void small_libc_learn(size_t size);
 /* The mmap threshold libc has learnt from hpalloc's frees so far: the
  * largest huge block freed, up to glibc's cap; 0 before any. */
 HP_HIDDEN size_t small_libc_learnt(void);
+/* A fresh block would not fit under the memory cgroup's limit: libc gives
+ * back the free memory it holds (small.c says why). */
+HP_HIDDEN void small_libc_give_back(void);
 
 /* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
 /* What a cached block is looked up by: its backend and its placement (a
@@ -480,9 +483,13 @@ HP_HIDDEN void memcg_before_cache(void);
 /* THP bytes on their way back to the kernel (release_adopt): free under
  * the limit from now on, as far as the bound is concerned. */
 HP_HIDDEN void memcg_releasing(size_t bytes);
-/* A fresh mapping of size is about to be charged while something is
- * cached: true if the bound should be applied now (heap.c make_room). */
-HP_HIDDEN bool memcg_before_map(size_t size);
+/* A fresh THP mapping of size is about to be charged, in a limited cgroup:
+ * what should make room for it first (heap.c make_room), MEMCG_* bits. */
+enum {
+	MEMCG_SHRINK_CACHE = 1, /* something is cached: apply the bound now */
+	MEMCG_SHORT = 2,        /* the block does not fit in what is free under the limit */
+};
+HP_HIDDEN unsigned memcg_before_map(size_t size);
 
 /* ---- shared.c ---------------------------------------------------------------- */
 /* The shared block containing addr, as a mapping (for backing.c). */

@@ -424,18 +424,21 @@ void memcg_before_cache(void)
 		refresh();
 }
 
-bool memcg_before_map(size_t size)
+unsigned memcg_before_map(size_t size)
 {
-	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on() ||
-	    !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
-		return false;
+	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on())
+		return 0;
 	refresh();
-	/* the new block will be charged once touched: count it now */
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
 	if (free == SIZE_MAX)
-		return false;
+		return 0;
+	/* the new block will be charged once touched: count it now (a second
+	 * one within MEMCG_FRESH_MS sees what the first leaves) */
 	atomic_store_explicit(&free_now, free > size ? free - size : 0, memory_order_relaxed);
-	return true;
+	unsigned asks = free < size ? MEMCG_SHORT : 0;
+	if (atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
+		asks |= MEMCG_SHRINK_CACHE;
+	return asks;
 }
 
 /* The child keeps the binding level its parent knew until its own first

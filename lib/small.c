@@ -182,3 +182,23 @@ size_t small_libc_learnt(void)
 {
 	return atomic_load_explicit(&libc_learnt, memory_order_relaxed);
 }
+
+/* ---- what libc holds free ----------------------------------------------------
+ * glibc keeps freed heap memory below a chunk still in use (it trims only
+ * the top of its heap): resident, charged to the memory cgroup, and no
+ * swap takes it.  Without hpalloc it would serve the program's next large
+ * buffers from there; with hpalloc those come from fresh huge mappings, and
+ * in a cgroup near its limit the kernel finds nothing to reclaim for them
+ * -- bench/numpy_bench.py's reuse-pressure row (NumPy 2.x: 256 MiB of
+ * 256 KiB arrays freed below a live one, then 4 x 64 MiB) was OOM-killed
+ * every time where NumPy's default ran on in that hole.  So when a fresh
+ * block would not fit under the limit (memcg.c says), libc gives back what
+ * it holds free first (malloc_trim(0): MADV_DONTNEED of its free pages,
+ * arena by arena, under its own locks; no cancellation point). */
+void small_libc_give_back(void)
+{
+	hp_inside++; /* nothing in it should reach an interposed malloc; if it does, libc's */
+	malloc_trim(0);
+	hp_inside--;
+	stat_add(HP_STAT_LIBC_TRIMS, 1);
+}

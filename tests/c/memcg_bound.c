@@ -12,7 +12,12 @@
  *   - a fresh mapping that would take the cache over its share gives the
  *     cache back first, in the allocating thread: right after the malloc,
  *     before the block is touched, the cache is within the share of what
- *     the headroom will be, and touching the block never hits the limit.
+ *     the headroom will be, and touching the block never hits the limit;
+ *   - a fresh mapping that would not fit under the limit has libc give back
+ *     the free memory it holds first: glibc keeps what is freed below a
+ *     chunk still in use, charged and (no swap) not the kernel's to take;
+ *     before, the process was OOM-killed where glibc alone would have
+ *     served the block from that hole.
  * Root, and a memory controller (capability memcg); the cgroup is removed
  * at exit (the process moved back first), and one a killed run left is
  * removed by the next. */
@@ -27,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BLOCK (32 * MiB)
@@ -347,12 +353,90 @@ static void test_fresh_mapping_gives_back(void **state)
 	leave();
 }
 
+/* The child of test_libc_hole_given_back, in the cgroup: a hole of HOLE
+ * bytes in glibc's heap below a live chunk, the limit lowered so that what
+ * is free under it is less than a fresh block of BIG bytes, then that block
+ * touched whole.  Exits 0, or is OOM-killed. */
+#define HOLE (192 * MiB)
+#define PIECE (64 * 1024) /* below glibc's mmap threshold: from its heap */
+#define BIG (256 * MiB)
+
+static void hole_child(void)
+{
+	static void *pieces[HOLE / PIECE];
+	for (size_t i = 0; i < ARRAY_SIZE(pieces); i++) {
+		pieces[i] = malloc(PIECE);
+		if (!pieces[i])
+			_exit(3);
+		harness_touch(pieces[i], PIECE);
+	}
+	void *pin = malloc(PIECE); /* above them: glibc cannot trim its heap down past it */
+	harness_touch(pin, PIECE);
+	size_t before = usage();
+	for (size_t i = 0; i < ARRAY_SIZE(pieces); i++)
+		free(pieces[i]);
+	size_t kept = usage();
+	if (kept + HOLE / 2 < before) {
+		print_message("glibc gave the hole back at free (usage %zu -> %zu MiB): nothing to show\n",
+			      before >> 20, kept >> 20);
+		_exit(4);
+	}
+	size_t limit = kept + BIG / 2; /* room for the block only once the hole is back */
+	set_limit(limit);
+	/* this process's first huge mapping finds the cgroup and its limit again */
+	void *warm = hp_malloc(BLOCK);
+	harness_touch(warm, BLOCK);
+	hp_free(warm);
+	hp_release_drain();
+	uint64_t trims = harness_stat(HP_STAT_LIBC_TRIMS);
+	print_message("glibc holds %zu MiB free below a live chunk (usage %zu MiB); limit %zu MiB; "
+		      "a fresh %zu MiB block...\n", (size_t)HOLE >> 20, kept >> 20, limit >> 20,
+		      (size_t)BIG >> 20);
+	void *big = hp_malloc(BIG);
+	if (!big)
+		_exit(5);
+	harness_touch(big, BIG);
+	print_message("...touched: usage %zu MiB, libc_trims +%llu\n", usage() >> 20,
+		      (unsigned long long)(harness_stat(HP_STAT_LIBC_TRIMS) - trims));
+	_exit(harness_stat(HP_STAT_LIBC_TRIMS) > trims ? 0 : 6);
+}
+
+static void test_libc_hole_given_back(void **state)
+{
+	(void)state;
+#if defined(__SANITIZE_ADDRESS__)
+	harness_skip("ASan's malloc replaces glibc's: no glibc heap to trim (the plain build runs this)");
+#endif
+	knobs();
+	enter(GiB);
+	size_t hits = limit_hits();
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		hole_child();
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	size_t after = limit_hits() - hits;
+	set_limit(GiB);
+	if (WIFSIGNALED(status))
+		fail_msg("the child was killed by signal %d (9: the OOM killer) touching a block glibc's "
+			 "free memory had room for; limit hit %zu times", WTERMSIG(status), after);
+	if (WEXITSTATUS(status) == 6)
+		fail_msg("the block fitted only because the kernel took something back: libc_trims did not move");
+	assert_int_equal(WEXITSTATUS(status), 0);
+	print_message("limit hit %zu times\n", after);
+	assert_int_equal(after, 0);
+	leave();
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		HTEST(test_bound_engages),
 		HTEST(test_limit_followed),
 		HTEST(test_fresh_mapping_gives_back),
+		HTEST(test_libc_hole_given_back),
 	};
 
 	harness_init(argc, argv);
