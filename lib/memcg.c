@@ -39,10 +39,11 @@
  *     another cgroup, a limit changed, a cgroup removed are followed
  *     within a round; while something is cached in a limited cgroup the
  *     janitor looks every WATCH_TICK_MS (janitor.c);
- *   - hp_free of a block about to be cached, and a fresh mapping while
- *     something is cached, in a limited cgroup only: the binding level's
- *     usage (open, read, close: ~3 us here), unless a reading younger than
- *     MEMCG_FRESH_MS serves.
+ *   - hp_free of a block about to be cached, and a fresh THP mapping, in a
+ *     limited cgroup only: the binding level's usage (open, read, close:
+ *     ~3 us here), unless a reading younger than MEMCG_FRESH_MS serves.  A
+ *     fresh mapping that does not fit in what is free has libc give back
+ *     its free memory first (small.c small_libc_give_back).
  * Between two readings, what the cache hands to release.c counts as free
  * already (memcg_releasing): else each block given back would shrink the
  * headroom as the next evaluation sees it -- the cached bytes less, the
