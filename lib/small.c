@@ -197,8 +197,10 @@ size_t small_libc_learnt(void)
  * arena by arena, under its own locks; no cancellation point). */
 void small_libc_give_back(void)
 {
-	hp_inside++; /* nothing in it should reach an interposed malloc; if it does, libc's */
+	int saved = errno; /* a failed madvise inside must not show through a malloc that succeeds */
+	hp_inside++;       /* nothing in it should reach an interposed malloc; if it does, libc's */
 	malloc_trim(0);
 	hp_inside--;
+	errno = saved;
 	stat_add(HP_STAT_LIBC_TRIMS, 1);
 }
