@@ -21,9 +21,9 @@
  *   policy.c   where a huge block comes from, private or shared: backend,
  *              page size, mode=auto's pool rule, the fallback; the rules
  *              reuse and realloc obey (waste 1/8, half fits, largest block)
- *   os.c       private blocks' mappings: THP alignment and guard, cut, join,
- *              grow; hugetlb page sizes, how full their pools are, how many
- *              pages this process's hugetlb blocks hold
+ *   os.c       private blocks' mappings: THP alignment, the guard after each
+ *              block, cut, join, grow; hugetlb page sizes, how full their
+ *              pools are, how many pages this process's hugetlb blocks hold
  *   prim.c     the only place that talks to the kernel about memory: every
  *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
@@ -112,10 +112,12 @@ enum hp_knob_id {
 	KNOB_CACHE_RSS_MAX,
 	KNOB_POPULATE,
 	KNOB_CACHE_MEMCG,
+	KNOB_GUARD,
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
 enum hp_fallback { FALLBACK_THP, FALLBACK_SMALL, FALLBACK_FAIL };
+enum hp_guard { GUARD_READ, GUARD_FAULT };
 /* pagesize knob value: 0 = auto, else bytes */
 /* populate knob value: 0 = off, 1..HP_POPULATE_MAX threads, or auto */
 #define HP_POPULATE_MAX 64
@@ -135,6 +137,7 @@ struct hp_config {
 	_Atomic size_t cache_rss_max; /* 0: no bound */
 	_Atomic int populate;   /* threads, 0 off, HP_POPULATE_AUTO */
 	_Atomic int cache_memcg;      /* the memory cgroup's bound (memcg.c) is on */
+	_Atomic int guard;            /* enum hp_guard: what the guard after a new block lets through (os.c) */
 };
 HP_HIDDEN extern struct hp_config hp_cfg;
 
@@ -213,18 +216,20 @@ HP_HIDDEN int os_unmap(const struct hp_map *m);
 /* Grow a THP mapping without copying (in place, else moved to a 2 MiB
  * aligned place).  On success *m is updated. */
 HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
-/* A THP mapping is followed by a PROT_NONE guard page (os.c says why). */
-#define HP_THP_GUARD HP_BASE_PAGE
+/* Every private huge block is followed by a guard of this many bytes that
+ * no block uses: readable (zeros), never writable (os.c says why). */
+#define HP_GUARD HP_THP_SIZE
 /* Where the next piece of a cut THP mapping would start. */
 static inline char *os_thp_end(const struct hp_map *m)
 {
-	return (char *)m->addr + m->len + HP_THP_GUARD;
+	return (char *)m->addr + m->len + HP_GUARD;
 }
 /* Cut a THP mapping in two without a page moving: *m keeps its first
- * front_len bytes (front_len + guard a multiple of 2 MiB, so *back starts
- * on a 2 MiB boundary) and the page after them becomes its guard; *back
- * gets the rest, with the old guard.  To the kernel they stay pieces of
- * one mapping: os_thp_join() makes them one VMA again. */
+ * front_len bytes (a multiple of 2 MiB, so its guard is one whole huge page
+ * and *back starts on a 2 MiB boundary) and the 2 MiB after them become its
+ * guard; *back gets the rest, with the old guard.  To
+ * the kernel they stay pieces of one mapping: os_thp_join() makes them one
+ * VMA again. */
 HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back);
 /* *front grows over its guard onto *back, which starts at os_thp_end(front)
  * and was cut from the same mapping. */
@@ -236,7 +241,7 @@ HP_HIDDEN int os_pagesizes(const size_t **desc);
 HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Pages of pagesize in this process's private hugetlb mappings. */
 HP_HIDDEN size_t os_private_pages(size_t pagesize);
-/* mbind(2) of m's whole mapping (with a THP block's guard page, so the
+/* mbind(2) of m's whole mapping (with its guard, so a THP
  * block can still grow in place) to mode over nodes; -1 + errno. */
 HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes,
 		       unsigned long maxnode);

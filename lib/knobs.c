@@ -23,6 +23,9 @@
  *                   at most half the headroom (memcg.c): the cgroup peaks as
  *                   under the peers instead of at its limit, where the kernel
  *                   reclaims on every charge (bench/results/pressure).
+ *   guard=read      reads past the end of a block see zeros instead of a
+ *                   fault: OpenBLAS's complex kernels read past matrices,
+ *                   harmlessly under glibc (os.c).
  */
 #include "internal.h"
 
@@ -117,6 +120,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",
 		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - usage + cached), given back oldest first as it shrinks; off: only cache_max bounds the cache",
 		"one of: on off", "on off", "on",
+		0, 1, parse_choice, format_choice},
+	[KNOB_GUARD] = {"guard", "choice",
+		"the 2 MiB after each new huge block: read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
+		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
 };
 
@@ -430,6 +437,7 @@ static void store_effective(int knob, uint64_t v)
 	case KNOB_CACHE_RSS_MAX: atomic_store(&hp_cfg.cache_rss_max, (size_t)v); break;
 	case KNOB_POPULATE: atomic_store(&hp_cfg.populate, (int)v); break;
 	case KNOB_CACHE_MEMCG: atomic_store(&hp_cfg.cache_memcg, v == 0); break; /* "on" is index 0 */
+	case KNOB_GUARD: atomic_store(&hp_cfg.guard, (int)v); break;
 	}
 }
 

@@ -1,4 +1,4 @@
-/* Private blocks' mappings: THP alignment and the guard page, cutting,
+/* Private blocks' mappings: THP alignment and the guard, cutting,
  * joining and growing THP mappings, hugetlb mappings of the page sizes the
  * kernel offers, how full their pools are (whole; numa.c per node), how
  * many pages this process's hugetlb blocks hold, and the mbind of a
@@ -26,10 +26,29 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* THP mappings are followed by one PROT_NONE guard page: it keeps the
- * kernel from merging neighbouring blocks into one VMA (so smaps reports
- * each block on its own) and turns an overrun into a fault. */
-#define GUARD HP_THP_GUARD
+/* Every private huge block is followed by its guard: HP_GUARD (2 MiB) of
+ * address space no block uses, the end of the block's own mapping (THP) or
+ * a mapping of its own (hugetlb).  Why:
+ *   - it keeps the kernel from merging a block with its neighbour into one
+ *     VMA, so smaps reports each block on its own;
+ *   - it reads as zeros and faults on a write (guard=read, the default).
+ *     Code that reads a little past the end of its data works under glibc,
+ *     whose next mapping usually lies right there, so it must here:
+ *     OpenBLAS's complex kernels read up to a column (16 bytes a row) past
+ *     a matrix, which a 2 MiB guard covers up to 131072 rows.  guard=fault
+ *     makes any access past the end fault, to find overruns.
+ * Nothing writes it.  A fresh block's guard, read, maps the zero page and
+ * holds no memory; a cut's guard keeps the cache's pages it had until a
+ * join (os_thp_split); a shrink drops the pages of its new guard.  Mapped
+ * with the guard's protection first and the block opened after, so a guard
+ * is never charged as writable memory (strict overcommit). */
+#define GUARD HP_GUARD
+
+static int guard_prot(void)
+{
+	return atomic_load_explicit(&hp_cfg.guard, memory_order_relaxed) == GUARD_FAULT ? PROT_NONE
+											 : PROT_READ;
+}
 
 #define MAX_PAGESIZES 4
 static size_t pagesizes[MAX_PAGESIZES]; /* hugetlb sizes, descending */
@@ -115,7 +134,7 @@ int os_map_thp(size_t size, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	char *p = map_aligned(len, PROT_READ | PROT_WRITE, 0);
+	char *p = map_aligned(len, guard_prot(), 0);
 	if (!p) {
 		errno = ENOMEM;
 		return -1;
@@ -124,7 +143,12 @@ int os_map_thp(size_t size, struct hp_map *out)
 	 * guard gets the same advice so that, opened again to grow, it merges
 	 * back into the block's VMA (mremap needs one VMA). */
 	prim_advise(p, len + GUARD, MADV_HUGEPAGE);
-	prim_protect(p + len, GUARD, PROT_NONE);
+	if (prim_protect(p, len, PROT_READ | PROT_WRITE) < 0) {
+		hp_log(2, "opening a THP map of %zu failed: %s", len, strerror(errno));
+		prim_unmap(p, len + GUARD);
+		errno = ENOMEM;
+		return -1;
+	}
 	*out = (struct hp_map){.addr = p, .len = len, .kernel_page_size = HP_BASE_PAGE, .backend = HP_BACKEND_THP};
 	hp_log(2, "thp map %p %zu", (void *)p, len);
 	return 0;
@@ -143,7 +167,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	void *p = prim_map_hugetlb(len, pagesize);
+	void *p = prim_map_hugetlb(len, pagesize, GUARD, guard_prot());
 	if (!p) {
 		hp_log(2, "hugetlb map of %zu with %zu pages failed: %s", len, pagesize, strerror(errno));
 		errno = ENOMEM;
@@ -157,7 +181,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 
 static size_t map_span(const struct hp_map *m)
 {
-	return m->len + (m->backend == HP_BACKEND_THP ? GUARD : 0);
+	return m->len + GUARD;
 }
 
 int os_unmap(const struct hp_map *m)
@@ -188,16 +212,14 @@ int os_populate(const struct hp_map *m)
 }
 
 /* Never part of a huge page: advice on part of one makes the kernel split
- * it, and the block would come back on 4 KiB pages.  A piece cut from a
- * larger block ends where its guard takes the last page of a huge page, so
- * that extent is left out; a block whose mapping ends short of a 2 MiB
- * boundary has no huge page in its last extent, and all of it is given. */
+ * it, and the block would come back on 4 KiB pages.  Every extent of a
+ * block is whole (a piece cut is whole huge pages) but a last one that
+ * ends short of a 2 MiB boundary, where the mapping ends too: that extent
+ * holds no huge page, and all of it is given. */
 size_t os_lazyfree(const struct hp_map *m)
 {
 	size_t len = m->len;
 
-	if ((len + GUARD) % HP_THP_SIZE == 0)
-		len &= ~(HP_THP_SIZE - 1);
 	if (m->backend != HP_BACKEND_THP || !len)
 		return 0;
 	if (prim_advise(m->addr, len, MADV_FREE) == 0)
@@ -210,14 +232,14 @@ int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 {
 	char *p = m->addr;
 
-	if (m->backend != HP_BACKEND_THP || front_len % HP_BASE_PAGE ||
-	    (front_len + GUARD) % HP_THP_SIZE || front_len + GUARD >= m->len) {
+	if (m->backend != HP_BACKEND_THP || front_len % HP_THP_SIZE || front_len + GUARD >= m->len) {
 		errno = EINVAL;
 		return -1;
 	}
-	/* the page becomes a guard with its contents: no syscall to drop them,
-	 * and a join reopens it as it was */
-	if (prim_protect(p + front_len, GUARD, PROT_NONE) < 0)
+	/* the guard is one whole huge page: none is split, and it keeps its
+	 * pages (the cache's, lazily freed already unless libc would have kept
+	 * them): no syscall to drop them, and a join reopens it as it was */
+	if (prim_protect(p + front_len, GUARD, guard_prot()) < 0)
 		return -1;
 	*back = *m;
 	back->addr = p + front_len + GUARD;
@@ -238,19 +260,17 @@ int os_thp_join(struct hp_map *front, const struct hp_map *back)
 	if (prim_protect(guard, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
 	front->len += GUARD + back->len;
-	/* the cut had the kernel map the huge page holding the guard with 4 KiB
-	 * entries (a page of it changed protection): one huge mapping again,
-	 * best effort (MADV_COLLAPSE: Linux 6.1) */
-	prim_advise(guard + GUARD - HP_THP_SIZE, HP_THP_SIZE, MADV_COLLAPSE);
 	return 0;
 }
 
 static int shrink_thp(struct hp_map *m, size_t new_len)
 {
 	char *p = m->addr;
-	/* the first dropped page becomes the guard, the rest (and the old guard) goes */
-	if (prim_protect(p + new_len, GUARD, PROT_NONE) < 0)
+	/* the first dropped bytes become the guard, their pages dropped; the
+	 * rest (and the old guard) goes */
+	if (prim_protect(p + new_len, GUARD, guard_prot()) < 0)
 		return -1;
+	prim_advise(p + new_len, GUARD, MADV_DONTNEED);
 	prim_unmap(p + new_len + GUARD, m->len - new_len);
 	m->len = new_len;
 	return 0;
@@ -273,10 +293,10 @@ static int grow_in_place(struct hp_map *m, size_t new_len)
 	if (prim_protect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
 		return -1;
 	if (!prim_remap(p, m->len + GUARD, new_len + GUARD, 0, NULL)) {
-		prim_protect(p + m->len, GUARD, PROT_NONE);
+		prim_protect(p + m->len, GUARD, guard_prot());
 		return -1;
 	}
-	prim_protect(p + new_len, GUARD, PROT_NONE);
+	prim_protect(p + new_len, GUARD, guard_prot());
 	return 0;
 }
 
@@ -292,6 +312,7 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	}
 	prim_unmap((char *)m->addr + m->len, GUARD); /* the old guard, ours until now */
 	prim_advise(target + new_len, GUARD, MADV_HUGEPAGE);
+	prim_protect(target + new_len, GUARD, guard_prot()); /* was the reservation's */
 	m->addr = moved;
 	return 0;
 }

@@ -49,11 +49,12 @@ uint64_t pieces_new_family(void)
 	return atomic_fetch_add_explicit(&family_seq, 1, memory_order_relaxed) + 1;
 }
 
-/* The length of a piece cut to hold size: its guard page ends on a 2 MiB
- * boundary, where the next piece starts. */
+/* The length of a piece cut to hold size: whole huge pages, so its guard
+ * (os.c) is one huge page and ends on a 2 MiB boundary, where the next
+ * piece starts. */
 static size_t cut_len(size_t size)
 {
-	return hp_align_up(size + HP_THP_GUARD, HP_THP_SIZE) - HP_THP_GUARD;
+	return hp_align_up(size + HP_GUARD, HP_THP_SIZE) - HP_GUARD;
 }
 
 static void cache_put_unlocked(struct hp_block *b)
@@ -71,7 +72,7 @@ static void cache_put_unlocked(struct hp_block *b)
 static void cut_tail(struct hp_block *b, size_t size)
 {
 	size_t len = cut_len(size);
-	if (len + HP_THP_GUARD + HP_THP_SIZE > b->map.len)
+	if (len + HP_GUARD + HP_THP_SIZE > b->map.len)
 		return;
 	struct hp_block *tail = calloc(1, sizeof(*tail));
 	if (!tail)
@@ -84,7 +85,7 @@ static void cut_tail(struct hp_block *b, size_t size)
 	tail->family = b->family;
 	tail->fork_gen = b->fork_gen;
 	tail->dirty = true;
-	stat_sub(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* a page became b's guard */
+	stat_sub(HP_STAT_MAPPED_BYTES, HP_GUARD); /* b's guard now */
 	stat_add(HP_STAT_CACHE_CUTS, 1);
 	cache_put_unlocked(tail);
 }
@@ -95,7 +96,7 @@ static bool join_next(struct hp_block *b, struct hp_block *next)
 {
 	if (os_thp_join(&b->map, &next->map) < 0)
 		return false;
-	stat_add(HP_STAT_MAPPED_BYTES, HP_THP_GUARD); /* b's guard is a page of it again */
+	stat_add(HP_STAT_MAPPED_BYTES, HP_GUARD); /* b's guard is part of it again */
 	stat_add(HP_STAT_CACHE_JOINS, 1);
 	free(next);
 	return true;

@@ -66,40 +66,72 @@ void *prim_map(void *hint, size_t len, int prot, int flags, int fd)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-void *prim_map_hugetlb(size_t len, size_t pagesize)
+/* Placing a mapping in a reservation with MAP_FIXED is not safe: a fixed
+ * mapping that fails may leave a hole where the reservation was (hugetlb's
+ * pool reservation fails after the range was cleared; on older kernels any
+ * failure does), a thread mapping meanwhile gets the hole, and the cleanup
+ * would take that thread's mapping down.  So: reserve align more than len
+ * + keep (inaccessible, uncharged), hand back the reservation up to the end
+ * of the aligned part, and ask for the mapping there as a hint.  A thread
+ * that took the place first makes the kernel map elsewhere: try again (a
+ * few times, then ENOMEM).  The keep bytes after the mapping stay reserved
+ * for the caller; the rest goes back. */
+static char *map_in_reservation(size_t len, size_t align, size_t keep, int prot, int flags, int fd)
 {
-	return prim_map(NULL, len, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (prim_page_shift(pagesize) << MAP_HUGE_SHIFT),
-			-1);
+	if (len > SIZE_MAX - keep - align) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (int tries = 0; tries < 4; tries++) {
+		char *raw = prim_map(NULL, len + keep + align, PROT_NONE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1);
+		if (!raw)
+			return NULL;
+		char *start = (char *)hp_align_up((uintptr_t)raw, align), *end = raw + len + keep + align;
+		munmap(raw, (size_t)(start - raw) + len);
+		char *p = prim_map(start, len, prot, flags, fd);
+		int err = errno;
+		if (p == start) {
+			if (end > start + len + keep)
+				munmap(start + len + keep, (size_t)(end - (start + len + keep)));
+			return p;
+		}
+		if (p)
+			munmap(p, len);
+		munmap(start + len, (size_t)(end - (start + len)));
+		if (!p) {
+			errno = err;
+			return NULL;
+		}
+	}
+	errno = ENOMEM;
+	return NULL;
+}
+
+void *prim_map_hugetlb(size_t len, size_t pagesize, size_t tail, int tail_prot)
+{
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (prim_page_shift(pagesize) << MAP_HUGE_SHIFT);
+	char *p = map_in_reservation(len, pagesize, tail, PROT_READ | PROT_WRITE, flags, -1);
+	if (p && tail && mprotect(p + len, tail, tail_prot) < 0) {
+		int err = errno;
+		munmap(p, len + tail);
+		errno = err;
+		return NULL;
+	}
+	return p;
 }
 
 /* The kernel often hands out a 2 MiB aligned address by itself (large
- * anonymous and shmem mappings, Linux 6.7+): take it.  Else reserve 2 MiB
- * more, inaccessible and uncharged, and map over its aligned part, which
- * works for a file too (its offset 0 lands on the boundary); the rest of
- * the reservation goes back. */
+ * anonymous and shmem mappings, Linux 6.7+): take it.  Else map in a
+ * reservation, which works for a file too (its offset 0 lands on the
+ * boundary). */
 void *prim_map_aligned(size_t len, int prot, int flags, int fd)
 {
 	char *p = prim_map(NULL, len, prot, flags, fd);
 	if (!p || ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0)
 		return p;
 	munmap(p, len);
-	size_t span = len + HP_THP_SIZE;
-	char *raw = prim_map(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1);
-	if (!raw)
-		return NULL;
-	char *start = (char *)hp_align_up((uintptr_t)raw, HP_THP_SIZE);
-	if (!prim_map(start, len, prot, flags | MAP_FIXED, fd)) {
-		int err = errno;
-		munmap(raw, span);
-		errno = err;
-		return NULL;
-	}
-	if (start > raw)
-		munmap(raw, (size_t)(start - raw));
-	if (raw + span > start + len)
-		munmap(start + len, (size_t)(raw + span - (start + len)));
-	return start;
+	return map_in_reservation(len, HP_THP_SIZE, 0, prot, flags, fd);
 }
 
 int prim_unmap(void *addr, size_t len)

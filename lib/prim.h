@@ -28,8 +28,10 @@ static inline int prim_page_shift(size_t pagesize)
 /* mmap(2) of fd (-1: anonymous); NULL + errno instead of MAP_FAILED. */
 HP_HIDDEN void *prim_map(void *hint, size_t len, int prot, int flags, int fd);
 /* Private anonymous hugetlb pages of pagesize (reserved now: no
- * MAP_NORESERVE); NULL + errno. */
-HP_HIDDEN void *prim_map_hugetlb(size_t len, size_t pagesize);
+ * MAP_NORESERVE), followed by tail bytes of private anonymous memory with
+ * tail_prot, uncharged; NULL + errno.  Never maps over anything, so it
+ * never takes down a mapping another thread just made. */
+HP_HIDDEN void *prim_map_hugetlb(size_t len, size_t pagesize, size_t tail, int tail_prot);
 /* len bytes of fd (-1: anonymous) mapped with prot and flags starting on a
  * 2 MiB boundary; NULL + errno. */
 HP_HIDDEN void *prim_map_aligned(size_t len, int prot, int flags, int fd);

@@ -50,6 +50,10 @@ static void fail_mprotect(int prot, int times)
 }
 
 #define BIG (64 * MiB)
+/* Every block is followed by a 2 MiB guard (hpalloc(7)); a cut piece is
+ * whole huge pages, so a cut takes the 2 MiB after the front piece as its
+ * guard and the rest starts 2 MiB further on. */
+#define GUARD (2 * MiB)
 
 static void knobs(void)
 {
@@ -61,15 +65,15 @@ static void knobs(void)
 	harness_knob("cache_decay_ms", "60000");
 }
 
-/* A 64 MiB THP block, all touched (what lies from 4 MiB on, where the first
- * cut ends, with pattern REST), then freed into the cache: its address. */
+/* A 64 MiB THP block, all touched (what lies past a first cut of 4 MiB and
+ * its guard with pattern REST), then freed into the cache: its address. */
 #define REST 98
 static char *cached_big(void)
 {
 	char *big = hp_malloc(BIG);
 	assert_non_null(big);
-	harness_fill(big, 4 * MiB, 99);
-	harness_fill(big + 4 * MiB, BIG - 4 * MiB, REST);
+	harness_fill(big, 4 * MiB + GUARD, 99);
+	harness_fill(big + 4 * MiB + GUARD, BIG - 4 * MiB - GUARD, REST);
 	hp_free(big);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG);
 	return big;
@@ -113,7 +117,7 @@ static void test_growth_takes_cached_pages(void **state)
 	/* small -> huge: cut from the front of the cached block, the rest cached */
 	q = grow(q, 1 * MiB, 3 * MiB, 5);
 	assert_ptr_equal(q, big);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB - GUARD);
 	/* then in place over the rest: same address, no copy */
 	size_t sizes[] = {6 * MiB, 12 * MiB, 24 * MiB, 48 * MiB, BIG};
 	size_t old = 3 * MiB;
@@ -161,15 +165,15 @@ static void test_rest_stays_cached(void **state)
 	char *q = grow(small_block(1 * MiB, 6), 1 * MiB, 3 * MiB, 6);
 	q = grow(q, 3 * MiB, 9 * MiB, 6);
 	assert_ptr_equal(q, big);
-	assert_true(hp_usable_size(q) >= 9 * MiB && hp_usable_size(q) < 12 * MiB);
+	assert_int_equal(hp_usable_size(q), 10 * MiB);
 	size_t rest = harness_stat(HP_STAT_CACHED_BYTES);
-	assert_int_equal(rest, BIG - 10 * MiB);
+	assert_int_equal(rest, BIG - 10 * MiB - GUARD);
 	char *r = hp_malloc(rest);
-	assert_ptr_equal(r, big + 10 * MiB); /* an ordinary cache hit */
+	assert_ptr_equal(r, big + 10 * MiB + GUARD); /* an ordinary cache hit */
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 	harness_fill(r, rest, 7);
 	assert_filled(q, 9 * MiB, 6);
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 4 * KiB);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - GUARD);
 	hp_free(q);
 	hp_free(r);
 	flush_and_check_empty();
@@ -182,7 +186,7 @@ static void test_cut_fails(void **state)
 	knobs();
 	char *big = cached_big();
 	char *q = small_block(1 * MiB, 8);
-	fail_mprotect(PROT_NONE, 1);
+	fail_mprotect(PROT_READ, 1); /* the guard's protection (guard=read) */
 	q = grow(q, 1 * MiB, 3 * MiB, 8);
 	assert_int_equal(atomic_load(&fail_times), 0);
 	assert_ptr_equal(q, big);
@@ -209,13 +213,13 @@ static void test_join_fails(void **state)
 	q = grow(q, 3 * MiB, 12 * MiB, 9);
 	assert_int_equal(atomic_load(&fail_times), 0);
 	assert_ptr_not_equal(q, big);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB);
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 4 * MiB + hp_usable_size(q));
-	assert_int_equal(harness_mapped(big, 4 * MiB), 0); /* the old place is gone */
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB - GUARD);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 4 * MiB - GUARD + hp_usable_size(q));
+	assert_int_equal(harness_mapped(big, 4 * MiB + GUARD), 0); /* the old place and its guard are gone */
 	/* the piece still serves: an ordinary hit, its pages where they were */
-	char *r = hp_malloc(BIG - 4 * MiB);
-	assert_ptr_equal(r, big + 4 * MiB);
-	assert_filled(r, BIG - 4 * MiB, REST);
+	char *r = hp_malloc(BIG - 4 * MiB - GUARD);
+	assert_ptr_equal(r, big + 4 * MiB + GUARD);
+	assert_filled(r, BIG - 4 * MiB - GUARD, REST);
 	hp_free(r);
 	hp_free(q);
 	flush_and_check_empty();
@@ -247,7 +251,7 @@ static void test_fork(void **state)
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	assert_filled(big + 4 * MiB, BIG - 4 * MiB, REST); /* the parent's cached piece */
+	assert_filled(big + 4 * MiB + GUARD, BIG - 4 * MiB - GUARD, REST); /* the parent's cached piece */
 	q = grow(q, 3 * MiB, 12 * MiB, 10);
 	assert_ptr_equal(q, big);
 	hp_free(q);
@@ -271,16 +275,16 @@ static void test_smaller_request_cuts(void **state)
 	harness_fill(p, 5 * MiB, 12);
 	faults = harness_minor_faults() - faults;
 	assert_int_equal(harness_stat(HP_STAT_CACHE_CUTS), cuts + 1);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 6 * MiB);
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 4 * KiB); /* one page is a guard */
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 6 * MiB - GUARD);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - GUARD); /* the cut's guard */
 #if !defined(__SANITIZE_ADDRESS__) /* see test_growth_takes_cached_pages */
 	assert_true(faults < 4);
 #else
 	(void)faults;
 #endif
 	/* the rest is a cached block like any other, its pages where they were */
-	char *r = hp_malloc(BIG - 6 * MiB);
-	assert_ptr_equal(r, big + 6 * MiB);
+	char *r = hp_malloc(BIG - 6 * MiB - GUARD);
+	assert_ptr_equal(r, big + 6 * MiB + GUARD);
 	assert_filled(p, 5 * MiB, 12);
 	hp_free(r);
 	hp_free(p);
@@ -301,17 +305,17 @@ static void test_mid_sized_requests(void **state)
 
 	char *a = hp_malloc(mid), *b = hp_calloc(1, mid);
 	assert_ptr_equal(a, big);
-	assert_ptr_equal(b, big + 2 * MiB);
+	assert_ptr_equal(b, big + 2 * MiB + GUARD);
 	assert_zeroed(b, mid);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB);
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 8 * KiB);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 4 * MiB - 2 * GUARD);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 2 * GUARD);
 	hp_free(a);
 	hp_free(b);
 	/* the same sizes again: the pieces as they are, no cut, no syscall */
 	uint64_t cuts = harness_stat(HP_STAT_CACHE_CUTS);
 	a = hp_malloc(mid);
 	b = hp_malloc(mid);
-	assert_true((a == big && b == big + 2 * MiB) || (b == big && a == big + 2 * MiB));
+	assert_true((a == big && b == big + 2 * MiB + GUARD) || (b == big && a == big + 2 * MiB + GUARD));
 	assert_int_equal(harness_stat(HP_STAT_CACHE_CUTS), cuts);
 	hp_free(a);
 	hp_free(b);
@@ -337,19 +341,20 @@ static void test_exact_fit_first(void **state)
 	flush_and_check_empty();
 }
 
-/* Three 16 MiB blocks cut from the cached 64 MiB one and freed: four cached
- * pieces side by side.  Their addresses. */
+/* Three blocks of 16 MiB less a guard cut from the cached 64 MiB one and
+ * freed: four cached pieces side by side.  Their addresses. */
+#define PIECE (16 * MiB - GUARD)
 static void cached_pieces(char *big, char *piece[4])
 {
 	for (int i = 0; i < 3; i++) {
-		piece[i] = hp_malloc(16 * MiB - 4 * KiB);
+		piece[i] = hp_malloc(PIECE - 4 * KiB);
 		assert_ptr_equal(piece[i], big + (size_t)i * 16 * MiB);
-		harness_fill(piece[i], 16 * MiB - 4 * KiB, 20 + (uint64_t)i);
+		harness_fill(piece[i], PIECE - 4 * KiB, 20 + (uint64_t)i);
 	}
 	piece[3] = big + 48 * MiB;
 	for (int i = 0; i < 3; i++)
 		hp_free(piece[i]);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 3 * 4 * KiB);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 3 * GUARD);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 4);
 }
 
@@ -371,7 +376,7 @@ static void test_pieces_join(void **state)
 	faults = harness_minor_faults() - faults;
 	assert_int_equal(harness_stat(HP_STAT_CACHE_JOINS), joins + 3);
 	assert_int_equal(harness_stat(HP_STAT_CACHE_HITS), hits + 1); /* served by the cache */
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 4 * KiB); /* the new cut's guard */
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - GUARD); /* the new cut's guard */
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 2 * MiB);
 #if !defined(__SANITIZE_ADDRESS__)
 	assert_true(faults < (long)(60 * MiB / (2 * MiB)) / 4);
@@ -405,18 +410,18 @@ static void test_join_fails_part_way(void **state)
 	assert_int_equal(atomic_load(&fail_times), 0);
 	assert_non_null(p);
 	assert_true(p < big || p >= big + BIG);
-	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 2 * 4 * KiB);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), BIG - 2 * GUARD);
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BLOCKS), 3);
-	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 2 * 4 * KiB + hp_usable_size(p));
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - 2 * GUARD + hp_usable_size(p));
 	harness_fill(p, 60 * MiB, 31);
 
 	/* the two joined pieces serve as one block, the third as it was */
-	char *two = hp_malloc(30 * MiB);
+	char *two = hp_malloc(32 * MiB - GUARD);
 	assert_ptr_equal(two, big);
-	assert_filled(two + 16 * MiB, 16 * MiB - 4 * KiB, 21);
-	char *third = hp_malloc(16 * MiB - 4 * KiB);
+	assert_filled(two + 16 * MiB, PIECE - 4 * KiB, 21);
+	char *third = hp_malloc(PIECE - 4 * KiB);
 	assert_ptr_equal(third, piece[2]);
-	assert_filled(third, 16 * MiB - 4 * KiB, 22);
+	assert_filled(third, PIECE - 4 * KiB, 22);
 	hp_free(two);
 	hp_free(third);
 	hp_free(p);

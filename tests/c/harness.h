@@ -178,7 +178,7 @@ size_t harness_still_mapped(void *const *blocks, size_t n, size_t size);
 /* The mapping (/proc/self/maps entry) holding addr: 0, or -1 if none. */
 int harness_vma(const void *addr, uintptr_t *start, uintptr_t *end);
 /* Maps a PROT_NONE page right after the mapping that follows [p, p+len)
- * (for a THP block of hpalloc's: its guard page), so that the block
+ * (for a block of hpalloc's: its guard), so that the block
  * cannot grow in place and a realloc growing it must move.  The page, to
  * munmap (4 KiB); NULL when something is mapped there already (the block
  * cannot grow in place either).  Fails the test on any other error. */

@@ -3,8 +3,8 @@
  * it must return a usable block, as hp_huge_alloc() does for size 0 (one
  * byte) and hp_ctx_realloc() does too.  On main before the fix it returned
  * 0 with a block of zero bytes: hp_usable_size() 0, hp_backing() not
- * finding it, and its first byte the PROT_NONE guard page -- the caller's
- * first write was a SIGSEGV.  The block's memory is checked against
+ * finding it, and its first byte the block's guard, which faults on a
+ * write -- the caller's first write was a SIGSEGV.  The block's memory is checked against
  * /proc/self/maps through a write and the kernel's view of its page. */
 #include "harness.h"
 
@@ -29,7 +29,7 @@ static void test_forced_realloc_to_zero(void **state)
 	struct harness_smaps sm;
 	assert_int_equal(harness_smaps_range(q, 1, &sm), 0);
 	assert_int_equal(sm.mappings, 1); /* the kernel maps its first byte */
-	((volatile char *)q)[0] = 1;      /* a guard page here: SIGSEGV */
+	((volatile char *)q)[0] = 1;      /* a guard here: SIGSEGV */
 	hp_free(q);
 }
 

@@ -194,8 +194,9 @@ class Vma:
 
     def huge(self):
         """A mapping of huge pages, or one asking for them (MADV_HUGEPAGE): hpalloc's
-        kind.  Guard pages (no access) are not memory."""
-        if self.perms.startswith("---"):
+        kind.  The guards after blocks (read-only, or no access under guard=fault)
+        are not memory."""
+        if "w" not in self.perms:
             return False
         return self.kps >= 2 * MiB or self.huge_bytes > 0 or "hg" in self.flags
 
