@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""make check-numpy: NumPy's own test suite without and with hpalloc.
+"""make check-numpy: NumPy's own test suite without and with hpalloc; make
+check-suites: named subsets of SciPy's, scikit-learn's and pandas' (--suite).
 
-Runs `python -m pytest --pyargs numpy -m "not slow"` with NumPy's default
+Runs `python -m pytest --pyargs numpy -m "not slow"` (or the packages of
+the suite --suite names, SUITES below) with NumPy's default
 handler, then with HPALLOC_NUMPY=1 and HPALLOC_ADAPTERS=numpy,python, i.e.
 hpalloc activated at interpreter start as users get it, NumPy's handler
 and CPython's raw memory domain (bytes, pickles, list storage) both on
@@ -37,6 +39,27 @@ import tempfile
 import time
 
 RESULTS_ENV = "HPALLOC_TEST_NUMPY_SUITE_RESULTS"
+PROG = "check-numpy"  # the make target, in messages (main() sets it)
+
+# --suite: what pytest runs, one pytest per package: its arguments, where a
+# word "@name" is the directory of module name (pandas' tests need their
+# conftest.py found as the root one, which --pyargs does not do).
+# The SciPy, scikit-learn and pandas subsets are where other projects' code
+# meets hpalloc's blocks as users run it (issue 32: OpenBLAS reads past
+# matrices); "scientific" fits CI's time, the full one is make
+# check-suites-full.
+SUITES = {
+    "numpy": [["--pyargs", "numpy", "-m", "not slow"]],
+    "scientific": [["@scipy.linalg"],
+                   ["@sklearn.decomposition", "@sklearn.preprocessing"],
+                   ["@pandas.tests.reshape"]],
+    "scientific-full": [["@scipy.linalg", "@scipy.sparse.linalg", "@scipy.ndimage",
+                         "@scipy.fft", "@scipy.interpolate", "@scipy.spatial"],
+                        ["@sklearn.linear_model", "@sklearn.cluster",
+                         "@sklearn.decomposition", "@sklearn.preprocessing"],
+                        ["@pandas.tests.reshape", "@pandas.tests.groupby",
+                         "@pandas.tests.window", "@pandas.tests.arrays"]],
+}
 
 # ---- the plugin, loaded into the NumPy test run ------------------------------
 
@@ -126,13 +149,40 @@ def workers():
     return ["-n", str(min(len(os.sched_getaffinity(0)), 4))]
 
 
-def run_suite(label, env, out_dir, work_dir, pytest_args):
+def run_suite(label, env, out_dir, work_dir, suite, pytest_args):
+    """Every pytest of the suite in this variant: (handler, raw domain
+    installed, {nodeid: outcome}) of them all (one handler, else "mixed")."""
+    parts = [run_part("%s.%d" % (label, i) if len(SUITES[suite]) > 1 else label,
+                      env, out_dir, work_dir, args + pytest_args)
+             for i, args in enumerate(SUITES[suite])]
+    states = {(h, r) for h, r, _ in parts}
+    handler, raw = states.pop() if len(states) == 1 else ("mixed", None)
+    outcomes = {}
+    for _, _, theirs in parts:
+        outcomes.update(theirs)
+    return handler, raw, outcomes
+
+
+def module_dir(word):
+    """"@name": the directory of module name (imported here: the same
+    interpreter runs the suite); any other word as it is."""
+    if not word.startswith("@"):
+        return word
+    import importlib.util
+    spec = importlib.util.find_spec(word[1:])
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(PROG + ": no package %s for %s" % (word[1:], sys.executable))
+    return list(spec.submodule_search_locations)[0]
+
+
+def run_part(label, env, out_dir, work_dir, args):
+    args = [module_dir(a) for a in args]
     results = os.path.join(out_dir, label + ".txt")
     log = os.path.join(out_dir, label + ".log")
     env = dict(env, **{RESULTS_ENV: results})
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "numpy", "-m", "not slow",
-           "-q", "-p", "no:cacheprovider", "-p", "numpy_suite"] + workers() + pytest_args
-    print("check-numpy: %s run: %s (log: %s)" % (label, " ".join(cmd), log), flush=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "numpy_suite"] + workers() + args
+    print(PROG + ": %s run: %s (log: %s)" % (label, " ".join(cmd), log), flush=True)
     start = time.monotonic()
     with open(log, "w") as out:
         status = subprocess.run(cmd, env=env, cwd=work_dir, stdout=out,
@@ -140,11 +190,21 @@ def run_suite(label, env, out_dir, work_dir, pytest_args):
     with open(log, errors="replace") as f:  # pytest's own summary ("27897 passed, ... in 150.2s")
         tail = [line.strip(" =") for line in f.read().splitlines()
                 if re.search(r"\d+ (passed|failed)\b.* in [\d.]+s", line)][-1:]
-    print("check-numpy: %s run: exit %d in %.0f s: %s" % (
+    print(PROG + ": %s run: exit %d in %.0f s: %s" % (
         label, status, time.monotonic() - start, tail[0] if tail else ""), flush=True)
-    if not os.path.exists(results):
-        sys.exit("check-numpy: the %s run wrote no results (see %s)" % (label, log))
-    return read_results(results)
+    # pytest: 0 all passed, 1 some failed (the comparison judges); anything
+    # else (interrupted, internal error, usage, no tests) or no results (a
+    # crash) is a run that did not test
+    if status not in (0, 1) or not os.path.exists(results):
+        with open(log, errors="replace") as f:
+            last = f.read().splitlines()[-15:]
+        sys.exit(PROG + ": the %s run did not test (exit %d%s; see %s):\n%s"
+                 % (label, status, "" if os.path.exists(results) else ", no results",
+                    log, "\n".join(last)))
+    found = read_results(results)
+    if not found[2]:
+        sys.exit(PROG + ": the %s run reported no tests (see %s)" % (label, log))
+    return found
 
 
 def read_one(path):
@@ -197,6 +257,8 @@ def read_allowed(path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--allowed", required=True, help="docs/numpy-testsuite.md")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="numpy",
+                        help="what runs: NumPy's suite, or the SciPy/scikit-learn/pandas subsets")
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--inplace", default=os.environ.get("HPALLOC_TEST_PYTHON_INPLACE"),
                         help="the build tree's python/inplace directory")
@@ -209,8 +271,10 @@ def main():
     parser.add_argument("pytest_args", nargs="*",
                         help="extra pytest arguments (after --), e.g. -k mem_policy")
     args = parser.parse_args()
+    global PROG
+    PROG = "check-numpy" if args.suite == "numpy" else "check-suites"
     if not args.inplace and not args.installed:
-        sys.exit("check-numpy: --inplace (or HPALLOC_TEST_PYTHON_INPLACE) or --installed "
+        sys.exit(PROG + ": --inplace (or HPALLOC_TEST_PYTHON_INPLACE) or --installed "
                  "is required")
     os.makedirs(args.out_dir, exist_ok=True)
     allowed = read_allowed(args.allowed)
@@ -229,7 +293,7 @@ def main():
         wanted = set(args.variants.split(","))
         unknown = wanted - {v[0] for v in variants}
         if unknown or "default" not in wanted:
-            sys.exit("check-numpy: --variants %s: runs are %s, and 'default' is needed" % (
+            sys.exit(PROG + ": --variants %s: runs are %s, and 'default' is needed" % (
                 args.variants, ",".join(v[0] for v in variants)))
         variants = [v for v in variants if v[0] in wanted]
     results = {}
@@ -240,9 +304,9 @@ def main():
         os.mkdir(work)
         for label, extra, expected in variants:
             handler, raw, outcomes = run_suite(label, dict(env, **extra), args.out_dir,
-                                               work, args.pytest_args)
+                                               work, args.suite, args.pytest_args)
             if (handler, raw) != expected:
-                sys.exit("check-numpy: the %s run ended with handler %s, raw domain %s; "
+                sys.exit(PROG + ": the %s run ended with handler %s, raw domain %s; "
                          "expected %s, %s" % ((label, handler, raw) + expected))
             results[label] = outcomes
 
@@ -259,18 +323,18 @@ def main():
 
     count = lambda res, what: sum(1 for o in res.values() if o == what)  # noqa: E731
     for label, res in results.items():
-        print("check-numpy: %-11s %d passed, %d failed, %d errors, %d thread exceptions, "
+        print(PROG + ": %-11s %d passed, %d failed, %d errors, %d thread exceptions, "
               "%d skipped, %d xfailed" % (
                   label, count(res, "passed"), count(res, "failed"), count(res, "error"),
                   count(res, "thread-exception"), count(res, "skipped"),
                   count(res, "xfailed")))
     for line in explained:
-        print("check-numpy: differs, explained in the docs: " + line)
+        print(PROG + ": differs, explained in the docs: " + line)
     for pattern in sorted(unused):
-        print("check-numpy: note: listed but did not differ this time: " + pattern)
+        print(PROG + ": note: listed but did not differ this time: " + pattern)
     for line in unexplained:
-        print("check-numpy: DIFFERS, not explained: " + line)
-    print("check-numpy: %d differences, %d explained, %d unexplained" % (
+        print(PROG + ": DIFFERS, not explained: " + line)
+    print(PROG + ": %d differences, %d explained, %d unexplained" % (
         len(explained) + len(unexplained), len(explained), len(unexplained)))
     return 1 if unexplained else 0
 
