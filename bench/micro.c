@@ -17,6 +17,8 @@
  *      cache's MADV_FREE: the next writes set every dirty bit again), for
  *      1 and 8 MiB (sizes glibc keeps once learnt: no advice) and 64 MiB
  *      (offered); no target
+ *   5. a fresh mapping and its unmap, untouched: the mapping path's own
+ *      cost (mmap, advice, the guard after the block, munmap); no target
  *
  * Every measurement is warmed up and repeated; medians and min-max are
  * printed with PASS/MISS per target.  Runs with mode=thp, and again with
@@ -363,9 +365,39 @@ static void bench_reuse_written(void)
 	}
 }
 
+/* 5. A fresh mapping and its unmap, nothing touched (cache_max=0,
+ *    synchronous release): the mapping path's own cost -- the mmap, the
+ *    advice, the guard (issue 32), the unmap -- without page faults; no
+ *    target. */
+#define FRESH_SIZE (4 * MiB + 4096)
+#define FRESH_PAIRS 5000
+static void bench_fresh_pair(void)
+{
+	double v[CACHED_REPS];
+
+	knob("cache_max", "0");
+	knob("uring", "off");
+	for (int i = 0; i < FRESH_PAIRS; i++) /* warm-up */
+		hp_free(hp_malloc(FRESH_SIZE));
+	for (int r = 0; r < CACHED_REPS; r++) {
+		double t0 = now_ns();
+		for (int i = 0; i < FRESH_PAIRS; i++) {
+			void *p = hp_malloc(FRESH_SIZE);
+			__asm__ volatile("" : : "r"(p) : "memory");
+			hp_free(p);
+		}
+		v[r] = (now_ns() - t0) / FRESH_PAIRS;
+	}
+	struct summary s = summarize(v, CACHED_REPS);
+	printf("  fresh map+unmap 4 MiB, untouched  median %8.1f ns/pair  (min %.1f, max %.1f)\n",
+	       s.median, s.min, s.max);
+	knob("uring", "on");
+}
+
 static void run(const char *title)
 {
 	printf("\n%s\n", title);
+	bench_fresh_pair();
 	bench_cached_pair();
 	bench_first_touch();
 	bench_free_1g();
