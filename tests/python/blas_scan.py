@@ -45,25 +45,29 @@ def supported_coretypes():
     return [name for name, need in CORETYPES.items() if need <= flags]
 
 
-def openblas_path():
-    """The path of the OpenBLAS this process loaded, or None."""
+# openblas_get_corename, as Debian's OpenBLAS and PyPI's scipy-openblas
+# (whose symbols carry a prefix) name it
+CORENAME_SYMBOLS = ("openblas_get_corename", "scipy_openblas_get_corename")
+
+
+def corename_function():
+    """openblas_get_corename of the OpenBLAS this process loaded, or None."""
     with open("/proc/self/maps") as f:
         for line in f:
             path = line.split()[-1] if len(line.split()) >= 6 else ""
             if "openblas" in path.lower() or path.endswith("/libblas.so.3"):
                 lib = ctypes.CDLL(path)
-                if hasattr(lib, "openblas_get_corename"):
-                    return path
+                for name in CORENAME_SYMBOLS:
+                    if hasattr(lib, name):
+                        fn = getattr(lib, name)
+                        fn.restype = ctypes.c_char_p
+                        return fn
     return None
 
 
 def corename():
-    path = openblas_path()
-    if not path:
-        return "-"
-    lib = ctypes.CDLL(path)
-    lib.openblas_get_corename.restype = ctypes.c_char_p
-    return lib.openblas_get_corename().decode()
+    fn = corename_function()
+    return fn().decode() if fn else "-"
 
 
 def matrix(np, dtype, n):
