@@ -79,6 +79,7 @@ KNOB_CHOICES = {
     "fallback": ["thp", "small", "fail"],
     "pagesize": ["auto", "2M", "1G"],
     "numa": ["default", "local", "interleave", "bind:0", "preferred:0"],
+    "guard": ["read", "fault"],
 }
 CACHE_MAX_CEILING = 256 * MiB
 
