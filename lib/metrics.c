@@ -9,8 +9,9 @@
  * a label where the stats split it (backend, origin, path, how), and every
  * sample carries pid and comm labels.  The table below is the mapping from
  * enum hp_stat; its names are an interface (dashboards and alerts use them),
- * so a counter added to enum hp_stat needs a row here (tests/cli/prometheus.sh
- * checks every published counter against its metric).
+ * so a counter added to enum hp_stat needs a row here
+ * (tests/python/test_prometheus.py checks every published counter against
+ * its metric).
  *
  * Pure formatting: no lock, no global state, thread-safe.
  */

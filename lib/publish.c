@@ -1,6 +1,7 @@
 /* Per-process stats file for hpctl: <control dir>/proc/<pid>/stats.
  *
- * The format is in internal.h; published.c is its reader.  The file is
+ * The format is in internal.h; published.c is its reader.  hp_proc_self()
+ * gives the same content, live, as a struct hp_proc (without the file).  The file is
  * replaced atomically (temporary file + rename) by the janitor thread when
  * its content changed, and removed at exit.
  *
