@@ -15,6 +15,15 @@ started from the command line:
 
     dask worker tcp://scheduler:8786 --preload hpalloc.dask --hpalloc threshold=4M
 
+The whole worker process under libhpalloc-preload.so (every large malloc,
+whatever library makes it), started so by its nanny, which is what sets a
+worker's environment before the process exists:
+
+    LocalCluster(preload_nanny=["hpalloc.dask"], preload_nanny_argv=["--hpalloc", "threshold=4M"])
+    HPALLOC_THRESHOLD=4M dask worker tcp://scheduler:8786 --preload-nanny hpalloc.dask
+    hpalloc.dask.register(client, hpalloc.dask.HpallocPreload(threshold="4M"))  # restarts them
+    dask.config.set(hpalloc.dask.preload_config(threshold="4M"))  # pre-spawn-environ
+
 Adapters.  HpallocPlugin(adapters=...) / --hpalloc-adapters choose, as
 HPALLOC_ADAPTERS does for `hpctl run` (same names, same "all", same
 default: numpy,numba,torch,arrow; the raw domain "python" is opt-in), which
