@@ -105,6 +105,24 @@ else
 	note_skip nonroot "cannot switch to nobody: an unwritable directory not tried"
 fi
 
+# a full file system (root: a 12 KiB tmpfs holding the old file): the
+# write fails part way, the old file stays whole and no temporary is left
+if [ "$(id -u)" = 0 ] && mkdir "$tmp/full" && mount -t tmpfs -o size=12k tmpfs "$tmp/full"; then
+	head -c 2048 "$tmp/before" >"$tmp/full/hpalloc.prom"
+	head -c 2048 "$tmp/before" >"$tmp/small"
+	run "$HPCTL" metrics --textfile "$tmp/full/hpalloc.prom"
+	same=no
+	cmp -s "$tmp/small" "$tmp/full/hpalloc.prom" && same=yes
+	left=$(ls -A "$tmp/full")
+	umount "$tmp/full" # before any failure: the scratch directory must go
+	[ "$rc" = 1 ] || fail "a full file system: exit $rc: $err"
+	contains "$err" "No space left on device (left as it was)" "a full file system"
+	[ "$same" = yes ] && [ "$left" = hpalloc.prom ] || fail "a full file system changed: $left"
+	ok
+else
+	note_skip root "cannot mount a tmpfs: a full file system not tried"
+fi
+
 # ---- --listen: bad input --------------------------------------------------------------
 for bad in 65536 -1 x 80x '' 1.5 :9 '[::1]9'; do
 	expect 2 "$HPCTL" metrics --listen "$bad"
