@@ -80,7 +80,7 @@ import hpalloc_activate as _activation
 from distributed import WorkerPlugin
 from distributed.diagnostics.plugin import NannyPlugin
 
-from . import _hpalloc, config as _config, parse_knob, preload_library, preloaded, \
+from . import _engines, _hpalloc, config as _config, parse_knob, preload_library, preloaded, \
     reset, set as _set, stats as _stats
 from . import numpy as _numpy
 
@@ -94,32 +94,8 @@ PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
 logger = logging.getLogger("hpalloc.dask")
 
 
-def _canonical(knobs):
-    """{knob: canonical value}, every value checked by the library; one
-    ValueError naming every refused knob, before anything changes."""
-    canon, errors = {}, []
-    for name, value in knobs.items():
-        try:
-            canon[name] = parse_knob(name, value)
-        except (ValueError, TypeError) as exc:
-            errors.append(str(exc))
-    if errors:
-        raise ValueError("hpalloc: refused knob value%s: %s"
-                         % ("s" if len(errors) > 1 else "", "; ".join(errors)))
-    return canon
-
-
-def _adapters(value):
-    """HPALLOC_ADAPTERS' names for value (a string as that variable takes,
-    or a list of names; None: its default), checked by its own parser."""
-    if value is None:
-        return _activation.DEFAULT_ADAPTERS
-    if not isinstance(value, str):
-        value = ",".join(value)
-    try:
-        return _activation.parse_adapters(value)
-    except ValueError as exc:
-        raise ValueError("hpalloc: refused adapters %r: %s" % (value, exc)) from None
+_canonical = _engines.canonical_knobs
+_adapters = _engines.checked_adapters
 
 
 # ---- the worker side ----------------------------------------------------
@@ -336,10 +312,7 @@ class HpallocPlugin(WorkerPlugin):
 # hpalloc.dask`, LocalCluster(preload_nanny=[...])), or a NannyPlugin that
 # restarts the workers of a running cluster (HpallocPreload).
 
-def _env_name(knob):
-    """A knob's environment variable: HPALLOC_ and its name in capitals
-    (hpalloc(7))."""
-    return "HPALLOC_" + knob.upper()
+_env_name = _engines.env_name
 
 
 def _with_preload(current):
@@ -358,7 +331,7 @@ def preload_environ(**knobs):
     LD_PRELOAD holds in this process), HPALLOC_<KNOB> for each knob, and
     ARROW_DEFAULT_MEMORY_POOL=system so that Arrow's buffers, which its own
     pool (jemalloc, mimalloc) would keep from malloc, reach it too."""
-    env = {_env_name(k): v for k, v in _canonical(knobs).items()}
+    env = _engines.knob_environ(knobs)
     env["LD_PRELOAD"] = _with_preload(os.environ.get("LD_PRELOAD"))
     env["ARROW_DEFAULT_MEMORY_POOL"] = "system"
     return env

@@ -37,7 +37,7 @@ import os
 
 import hpalloc_activate as _activation
 
-from . import parse_knob, preload_library, processes as _processes
+from . import _engines, preload_library, processes as _processes
 
 __all__ = ["runtime_env", "setup_worker", "stats", "MARKER"]
 
@@ -45,44 +45,10 @@ MARKER = "HPALLOC_RAY"
 SETUP_HOOK = "hpalloc.ray.setup_worker"
 
 
-def _canonical(knobs):
-    """{knob: canonical value}, every value checked by the library; one
-    ValueError naming every refused knob (the Dask plugin's rule)."""
-    canon, errors = {}, []
-    for name, value in knobs.items():
-        try:
-            canon[name] = parse_knob(name, value)
-        except (ValueError, TypeError) as exc:
-            errors.append(str(exc))
-    if errors:
-        raise ValueError("hpalloc: refused knob value%s: %s"
-                         % ("s" if len(errors) > 1 else "", "; ".join(errors)))
-    return canon
-
-
-def _adapters(value):
-    """HPALLOC_ADAPTERS' names for value (a string, or a list of names;
-    None: its default), checked by its own parser."""
-    if value is None:
-        return _activation.DEFAULT_ADAPTERS
-    if not isinstance(value, str):
-        value = ",".join(value)
-    try:
-        return _activation.parse_adapters(value)
-    except ValueError as exc:
-        raise ValueError("hpalloc: refused adapters %r: %s" % (value, exc)) from None
-
-
-def _env_name(knob):
-    """A knob's environment variable: HPALLOC_ and its name in capitals
-    (hpalloc(7))."""
-    return "HPALLOC_" + knob.upper()
-
-
 def environ(adapters=None, preload=False, **knobs):
     """The environment variables runtime_env() sets (checked the same way)."""
-    env = {_env_name(k): v for k, v in _canonical(knobs).items()}
-    env["HPALLOC_ADAPTERS"] = ",".join(_adapters(adapters))
+    env = _engines.knob_environ(knobs)
+    env["HPALLOC_ADAPTERS"] = ",".join(_engines.checked_adapters(adapters))
     env[MARKER] = "preload" if preload else "1"
     if preload:
         env["LD_PRELOAD"] = preload_library()
