@@ -1,12 +1,15 @@
-"""bench-dask: a Dask array workload with and without hpalloc.dask's plugin.
+"""bench-dask: a Dask array workload with and without hpalloc on the workers.
 
     (x + x.T).sum() on a 4 GiB float64 array in 256 MiB chunks,
     LocalCluster(processes=True, n_workers=2, threads_per_worker=1)
 
 x is random (da.random.random, not persisted), so every compute makes the
 chunks, sends half of them to the other worker for the transpose, adds and
-reduces.  Contenders are interleaved: each round starts a fresh cluster per
-contender (order alternating), computes once to warm up, then times
+reduces.  Contenders: NumPy's default; hpalloc.dask's plugin (NumPy's
+handler); the worker processes under libhpalloc-preload.so, started so by
+their nanny (LocalCluster(preload_nanny=["hpalloc.dask"]): every large malloc).
+They are interleaved: each round starts a fresh cluster per contender (order
+rotating), computes once to warm up, then times
 --computes computes.  Per compute: wall time, minor page faults of both
 workers (getrusage inside them), and at the end the workers' huge bytes per
 smaps.  Prints a markdown table (medians over every timed compute) and the
@@ -70,22 +73,30 @@ def side(nbytes, chunk_bytes):
     return per_side * c, c
 
 
-def one_cluster(plugin, n, c, computes):
+CONTENDERS = ("default", "hpalloc", "preload")
+LABELS = {"default": "NumPy default", "hpalloc": "hpalloc.dask plugin",
+          "preload": "preload through the nanny"}
+
+
+def one_cluster(contender, n, c, computes):
     import dask
     import dask.array as da
     from distributed import Client, LocalCluster
     import hpalloc.dask
 
     # no spilling or pausing: the workers hold what the workload needs
+    extra = {"preload_nanny": ["hpalloc.dask"]} if contender == "preload" else {}
     with dask.config.set({"distributed.worker.memory.target": False,
                           "distributed.worker.memory.spill": False,
                           "distributed.worker.memory.pause": False}), \
             LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
                          memory_limit=0, dashboard_address=None,
-                         silence_logs=50) as cluster, \
+                         silence_logs=50, **extra) as cluster, \
             Client(cluster, timeout=60) as client:
-        if plugin:
+        if contender == "hpalloc":
             hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin())
+        if contender == "preload":
+            assert all(client.run(hpalloc.preloaded).values()), "workers not preloaded"
         x = da.random.random((n, n), chunks=(c, c))
         expr = (x + x.T).sum()
         expr.compute()  # warm-up: first touch of the VM's memory, imports
@@ -99,8 +110,7 @@ def one_cluster(plugin, n, c, computes):
             out.append({"seconds": seconds,
                         "faults": sum(f1[w] - f0[w] for w in f1)})
         huge = sum(client.run(smaps_huge_total).values())
-        handler = "hpalloc" if plugin else "default"
-        return [dict(r, huge_bytes_at_end=huge, contender=handler) for r in out]
+        return [dict(r, huge_bytes_at_end=huge, contender=contender) for r in out]
 
 
 def table(results, n, c):
@@ -115,19 +125,22 @@ def table(results, n, c):
              "(median) | workers' huge bytes (smaps, end) |",
              "|---|---|---|---|---|---|"]
     medians = {}
-    for name in ("default", "hpalloc"):
+    for name in CONTENDERS:
         rows = [r for r in results if r["contender"] == name]
+        if not rows:
+            continue
         secs = [r["seconds"] for r in rows]
         faults = statistics.median(r["faults"] for r in rows)
         huge = statistics.median(r["huge_bytes_at_end"] for r in rows)
         medians[name] = statistics.median(secs)
-        label = "NumPy default" if name == "default" else "hpalloc.dask plugin"
         lines.append("| %s | %.2f | %.2f | %.2f | %d | %.0f MiB |"
-                     % (label, medians[name], min(secs), max(secs), faults,
+                     % (LABELS[name], medians[name], min(secs), max(secs), faults,
                         huge / (1 << 20)))
     lines.append("")
-    lines.append("hpalloc / default (median time): %.2f"
-                 % (medians["hpalloc"] / medians["default"]))
+    for name in CONTENDERS[1:]:
+        if name in medians:
+            lines.append("%s / default (median time): %.2f"
+                         % (LABELS[name], medians[name] / medians["default"]))
     return "\n".join(lines)
 
 
@@ -137,9 +150,9 @@ def main():
     n, c = side(parse_size(args.size), parse_size(args.chunk))
     results = []
     for r in range(args.rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        for plugin in order:
-            rows = one_cluster(plugin, n, c, args.computes)
+        k = r % len(CONTENDERS)
+        for contender in CONTENDERS[k:] + CONTENDERS[:k]:
+            rows = one_cluster(contender, n, c, args.computes)
             for row in rows:
                 print("round %d %-8s %.2f s, %d faults" % (
                     r + 1, row["contender"], row["seconds"], row["faults"]),

@@ -357,6 +357,16 @@ struct hp_proc_list {
  * with hp_proc_list_free(). */
 HP_API int hp_proc_list(struct hp_proc_list *out);
 HP_API void hp_proc_list_free(struct hp_proc_list *list);
+/* This process's own entry, live (what it would publish now: every
+ * counter, the effective knobs; alive = 1), whether or not it publishes. */
+HP_API int hp_proc_self(struct hp_proc *out);
+/* Entries in Prometheus' text exposition format (0.0.4): one family per
+ * quantity (hpalloc_ prefix, _bytes/_seconds, counters ending in _total),
+ * each sample labelled with the process's pid and comm; hpalloc_knob_info
+ * gives the effective knobs.  A malloc'ed, NUL-terminated text (its length
+ * in *len unless NULL) for the caller to free(); NULL + ENOMEM, or EINVAL
+ * for procs NULL with count > 0.  See hp_proc_get(3) for the names. */
+HP_API char *hp_proc_prometheus(const struct hp_proc *procs, size_t count, size_t *len);
 
 /* ---- NUMA placement ------------------------------------------------------
  * The `numa` knob places hpalloc's own huge mappings (mbind before their

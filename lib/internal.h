@@ -54,6 +54,7 @@
  *   report.c   the activation report of `hpctl run --check`: its line,
  *              written (hp_report_activation) and read (report_parse_line)
  *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   metrics.c  those entries in Prometheus' text format (hp_proc_prometheus)
  *   private.h  the library's hidden functions hpctl may call (with the
  *              public hpalloc.h, all hpctl sees of lib/)
  *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co

@@ -1,6 +1,7 @@
 /* Per-process stats file for hpctl: <control dir>/proc/<pid>/stats.
  *
- * The format is in internal.h; published.c is its reader.  The file is
+ * The format is in internal.h; published.c is its reader.  hp_proc_self()
+ * gives the same content, live, as a struct hp_proc (without the file).  The file is
  * replaced atomically (temporary file + rename) by the janitor thread when
  * its content changed, and removed at exit.
  *
@@ -345,6 +346,53 @@ void publish_update(void)
 			write_stats(dir);
 	}
 	pthread_mutex_unlock(&pub.lock);
+}
+
+/* The entry this process would publish now (compose() above), as a reader
+ * of it would see it, without the control directory: pid, start time,
+ * comm, every counter, the effective knobs. */
+static int proc_self(struct hp_proc *out)
+{
+	struct hp_knob_info ki;
+
+	if (!out) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(out, 0, sizeof(*out));
+	out->pid = (long)getpid();
+	if (published_start_time(getpid(), &out->start_time) != 0)
+		out->start_time = 0;
+	read_comm(out->comm, sizeof(out->comm));
+	out->alive = 1;
+	if (hp_stats_get(&out->stats) != 0)
+		return -1;
+	out->stat_mask = HP_STAT_COUNT >= 64 ? ~(uint64_t)0
+					      : ((uint64_t)1 << HP_STAT_COUNT) - 1;
+	for (int k = 0; k < hp_knob_count() && out->nknobs < HP_PROC_KNOBS_MAX; k++) {
+		struct hp_proc_knob *kn = &out->knobs[out->nknobs];
+		if (hp_knob_info(k, &ki) != 0)
+			continue;
+		snprintf(kn->name, sizeof(kn->name), "%s", ki.name);
+		snprintf(kn->value, sizeof(kn->value), "%s", ki.value);
+		kn->source = ki.source;
+		one_line(ki.rejected);
+		snprintf(kn->rejected, sizeof(kn->rejected), "%s", ki.rejected);
+		out->nknobs++;
+	}
+	return 0;
+}
+
+int hp_proc_self(struct hp_proc *out)
+{
+	int saved = errno, rc;
+
+	HP_NOCANCEL_BEGIN;
+	rc = proc_self(out);
+	HP_NOCANCEL_END;
+	if (rc == 0)
+		errno = saved;
+	return rc;
 }
 
 bool publish_claimed(void)

@@ -10,7 +10,7 @@ PY_LOG_COMPILER with -p hp_pytest_automake).
 * skip(cap, why) skips a test because the machine lacks a capability
   (one of tests/capabilities: hugetlb, hugetlb1g, uring, thp, root,
   nonroot, or a library of the Python stack under test: numba, torch,
-  distributed, pyarrow); when HPALLOC_TEST_REQUIRE lists it, the test
+  distributed, pyarrow, ray, prometheus_client); when HPALLOC_TEST_REQUIRE lists it, the test
   fails instead.  need(module) imports such a library or skips that way.
   A plain pytest.skip() counts as "other", never required.
 """
@@ -27,6 +27,9 @@ LIBRARIES = {
     "torch": ("torch", "Debian: python3-torch; PyPI: torch==2.13.0"),
     "distributed": ("distributed", "Debian: python3-distributed; PyPI: distributed"),
     "pyarrow": ("pyarrow", "PyPI: pyarrow (Debian 12 has none)"),
+    "ray": ("ray", "PyPI: ray (make check-ray-venv's venv)"),
+    "prometheus_client": ("prometheus_client",
+                          "PyPI: prometheus_client (make check-ray-venv's venv)"),
 }
 
 

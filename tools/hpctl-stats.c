@@ -324,10 +324,15 @@ static void say_none(void)
 		       "nowhere)\n", who);
 }
 
+int stats_collect(struct hpctl *c, struct hp_proc_list *l)
+{
+	return c->argc ? collect_pids(c, l) : collect_all(l);
+}
+
 int cmd_stats(struct hpctl *c)
 {
 	struct hp_proc_list l = { 0 };
-	int rc = c->argc ? collect_pids(c, &l) : collect_all(&l);
+	int rc = stats_collect(c, &l);
 
 	if (c->json)
 		print_all_json(&l);

@@ -40,6 +40,12 @@ static const char usage_text[] =
 	"  top [-d SECONDS] [-n COUNT]\n"
 	"                            the stats table, redrawn every second (-d) until\n"
 	"                            interrupted (or COUNT times)\n"
+	"  metrics [--textfile FILE | --listen [ADDR:]PORT] [PID...]\n"
+	"                            the stats in Prometheus' text format: on\n"
+	"                            standard output, into FILE (replaced atomically,\n"
+	"                            for node_exporter's textfile collector), or\n"
+	"                            served over HTTP at /metrics (ADDR 127.0.0.1\n"
+	"                            unless given) until interrupted\n"
 	"  run [--check] [--preload] [KNOB=VALUE...] [--] COMMAND [ARG...]\n"
 	"                            run COMMAND with hpalloc backing NumPy and these\n"
 	"                            knobs for that process alone; --preload: the\n"
@@ -132,6 +138,7 @@ static const struct command commands[] = {
 	{ "pool", cmd_pool, false },
 	{ "stats", cmd_stats, false },
 	{ "top", cmd_top, false },
+	{ "metrics", cmd_metrics, false },
 	{ "run", cmd_run, false },
 	{ "--list-knobs", cmd_list_knobs, false },     /* for bash completion */
 	{ "--list-choices", cmd_list_choices, false },
@@ -247,6 +254,30 @@ static int pool_node_option(struct hpctl *c, int argc, char **argv, int i)
 	return argv[i][6] == '=' ? 1 : 2;
 }
 
+/* metrics --textfile FILE / --listen SPEC (also as --opt=VALUE). */
+static int metrics_option(struct hpctl *c, int argc, char **argv, int i)
+{
+	static const char *const names[] = { "--textfile", "--listen" };
+	const char **slot[] = { &c->metrics_textfile, &c->metrics_listen };
+
+	for (int k = 0; k < 2; k++) {
+		size_t n = strlen(names[k]);
+		if (strncmp(argv[i], names[k], n) != 0 || (argv[i][n] && argv[i][n] != '='))
+			continue;
+		if (*slot[k])
+			die_usage("%s given more than once", names[k]);
+		if (argv[i][n] == '=') {
+			*slot[k] = argv[i] + n + 1;
+			return 1;
+		}
+		if (i + 1 >= argc)
+			die_usage("%s needs a value", names[k]);
+		*slot[k] = argv[i + 1];
+		return 2;
+	}
+	return 0;
+}
+
 /* Options of one subcommand, after it.  Returns how many argv entries were
  * consumed (0: not one of its options). */
 static int command_option(struct hpctl *c, const struct command *cmd,
@@ -260,6 +291,8 @@ static int command_option(struct hpctl *c, const struct command *cmd,
 		c->long_form = true;
 		return 1;
 	}
+	if (cmd->fn == cmd_metrics)
+		return metrics_option(c, argc, argv, i);
 	if (cmd->fn == cmd_pool && (!strcmp(a, "--node") || !strncmp(a, "--node=", 7)))
 		return pool_node_option(c, argc, argv, i);
 	if (cmd->fn != cmd_top || !(delay || count))
@@ -324,9 +357,10 @@ static void parse_args(struct hpctl *c, int argc, char **argv,
 	/* global options given before a command they do not apply to */
 	if (c->pid && !(*cmd)->takes_pid)
 		die_usage("-p PID works with get, set and reset only");
-	if (c->json && ((*cmd)->fn == cmd_top || (*cmd)->fn == cmd_run))
+	if (c->json && ((*cmd)->fn == cmd_top || (*cmd)->fn == cmd_run ||
+			(*cmd)->fn == cmd_metrics))
 		die_usage("%s has no --json%s", (*cmd)->name,
-			  (*cmd)->fn == cmd_top ? " (use stats --json)" : "");
+			  (*cmd)->fn == cmd_run ? "" : " (use stats --json)");
 }
 
 int main(int argc, char **argv)

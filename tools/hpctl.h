@@ -32,6 +32,8 @@ struct hpctl {
 	bool node_given;    /* pool --node N */
 	int node;
 	bool run_preload;   /* run --preload */
+	const char *metrics_textfile; /* metrics --textfile FILE */
+	const char *metrics_listen;   /* metrics --listen [ADDR:]PORT */
 	char **cmd_argv;
 };
 
@@ -97,6 +99,7 @@ int cmd_status(struct hpctl *c);
 int cmd_pool(struct hpctl *c);
 int cmd_stats(struct hpctl *c);
 int cmd_top(struct hpctl *c);
+int cmd_metrics(struct hpctl *c);
 int cmd_list_knobs(struct hpctl *c);
 int cmd_list_choices(struct hpctl *c);
 
@@ -107,6 +110,11 @@ bool relocated_dir(const char *configured, char *buf, size_t len);
  * COMMAND and appends the preload library to it: 0, or an exit status
  * after saying why not. */
 int preload_prepare(struct hpctl *c);
+
+/* hpctl-stats.c: the entries of the PIDs given (each must publish; exit 1
+ * after saying why not), else every entry (pruned ones said on stderr).
+ * Returns an exit status; free the list with hp_proc_list_free(). */
+int stats_collect(struct hpctl *c, struct hp_proc_list *l);
 
 /* Shared printers. */
 void print_effective_knobs_json(struct json *j, const char *key);

@@ -12,10 +12,12 @@ in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
     hpalloc.numpy.install()       # every NumPy array from now on
 """
 
+import os as _os
+
 from . import _hpalloc
 
 __all__ = ["__version__", "stats", "config", "set", "reset", "parse_size",
-           "format_size", "cache_flush", "processes", "parse_knob"]
+           "format_size", "cache_flush", "processes", "parse_knob", "preload_library", "preloaded"]
 
 __version__ = _hpalloc.version()
 
@@ -86,3 +88,34 @@ def processes():
     gone; "alive" is True when checked, None when it cannot be checked from
     here (another pid namespace, no /proc)."""
     return _hpalloc.processes()
+
+
+PRELOAD_NAME = "libhpalloc-preload.so"
+
+
+def preload_library():
+    """The path of libhpalloc-preload.so that goes with this package: the
+    one next to the libhpalloc this package runs on (one library per
+    process: the preload links that very file), unless HPALLOC_PRELOAD_PATH
+    names another, as for `hpctl run --preload`.  FileNotFoundError saying
+    where it looked.  The Dask and Ray integrations find it here only."""
+    given = _os.environ.get("HPALLOC_PRELOAD_PATH")
+    if given:
+        if not _os.path.isfile(given):
+            raise FileNotFoundError("HPALLOC_PRELOAD_PATH=%s is not a file" % given)
+        return _os.path.realpath(given)
+    library = _hpalloc.library_path()
+    if library is None:
+        raise FileNotFoundError("cannot tell which libhpalloc this package runs on")
+    path = _os.path.join(_os.path.dirname(_os.path.realpath(library)), PRELOAD_NAME)
+    if not _os.path.isfile(path):
+        raise FileNotFoundError("%s is not installed next to %s" % (PRELOAD_NAME, library))
+    return path
+
+
+def preloaded():
+    """Whether libhpalloc-preload.so is loaded in this process (LD_PRELOAD):
+    then every large malloc of the process, whatever library makes it, is
+    hpalloc's (counted as preload_huge_bytes)."""
+    return any(_os.path.basename(path) == PRELOAD_NAME
+               for path in _hpalloc.loaded_objects())

@@ -23,7 +23,10 @@
 #error "hpalloc needs NumPy >= 1.22 headers (NEP 49 PyDataMem_Handler)"
 #endif
 
+#include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hpalloc.h"
@@ -618,6 +621,73 @@ static PyObject *py_processes(PyObject *self, PyObject *noargs)
 	return list;
 }
 
+/* The Prometheus text of this process (live) or, with all, of every
+ * process publishing in the control directory: the library formats it
+ * (hp_proc_prometheus), as it does for `hpctl metrics`. */
+static PyObject *py_prometheus(PyObject *self, PyObject *args)
+{
+	(void)self;
+	int all = 0, rc;
+	struct hp_proc_list l = {0};
+	struct hp_proc me;
+	char *text = NULL;
+	size_t len = 0;
+	if (!PyArg_ParseTuple(args, "|p:prometheus", &all))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = all ? hp_proc_list(&l) : hp_proc_self(&me);
+	if (rc == 0)
+		text = all ? hp_proc_prometheus(l.procs, l.count, &len)
+			   : hp_proc_prometheus(&me, 1, &len);
+	hp_proc_list_free(&l);
+	Py_END_ALLOW_THREADS
+	if (rc != 0 || text == NULL)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	PyObject *str = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+	free(text);
+	return str;
+}
+
+/* The file of the shared object that defines symbol (the process's
+ * dynamic linker decides which one serves it), or None. */
+static PyObject *object_of(void *addr)
+{
+	Dl_info info;
+	if (addr == NULL || dladdr(addr, &info) == 0 || info.dli_fname == NULL)
+		Py_RETURN_NONE;
+	return PyUnicode_DecodeFSDefault(info.dli_fname);
+}
+
+static PyObject *py_library_path(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	return object_of((void *)hp_version);
+}
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *list)
+{
+	(void)size;
+	if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0')
+		return 0; /* the program itself, the vDSO */
+	PyObject *name = PyUnicode_DecodeFSDefault(info->dlpi_name);
+	int rc = name == NULL || PyList_Append(list, name) != 0;
+	Py_XDECREF(name);
+	return rc; /* non-zero stops the walk */
+}
+
+/* The shared objects loaded in this process, in the dynamic linker's order
+ * (LD_PRELOAD's come first, after the program). */
+static PyObject *py_loaded_objects(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	PyObject *list = PyList_New(0);
+	if (list != NULL && dl_iterate_phdr(add_object, list) != 0)
+		Py_CLEAR(list);
+	return list;
+}
+
 static PyObject *py_parse_size(PyObject *self, PyObject *arg)
 {
 	(void)self;
@@ -707,6 +777,12 @@ static PyMethodDef methods[] = {
 	 "processes() -> [{pid, comm, start_time, alive, stats, knobs}] of every process publishing hpalloc stats"},
 	{"report_activation", py_report_activation, METH_VARARGS,
 	 "report_activation(adapter, ok, detail='') -> True if the line went to HPALLOC_REPORT's file (hp_report_activation)"},
+	{"prometheus", py_prometheus, METH_VARARGS,
+	 "prometheus(all=False) -> this process's stats (all: every publishing process's) in Prometheus' text format"},
+	{"library_path", py_library_path, METH_NOARGS,
+	 "library_path() -> the file of the libhpalloc this module runs on"},
+	{"loaded_objects", py_loaded_objects, METH_NOARGS,
+	 "loaded_objects() -> the files of the shared objects loaded in this process, in load order"},
 	{"cache_flush", py_cache_flush, METH_NOARGS,
 	 "cache_flush(): release every cached block and wait for the releases"},
 	{NULL, NULL, 0, NULL},

@@ -15,6 +15,15 @@ started from the command line:
 
     dask worker tcp://scheduler:8786 --preload hpalloc.dask --hpalloc threshold=4M
 
+The whole worker process under libhpalloc-preload.so (every large malloc,
+whatever library makes it), started so by its nanny, which is what sets a
+worker's environment before the process exists:
+
+    LocalCluster(preload_nanny=["hpalloc.dask"], preload_nanny_argv=["--hpalloc", "threshold=4M"])
+    HPALLOC_THRESHOLD=4M dask worker tcp://scheduler:8786 --preload-nanny hpalloc.dask
+    hpalloc.dask.register(client, hpalloc.dask.HpallocPreload(threshold="4M"))  # restarts them
+    dask.config.set(hpalloc.dask.preload_config(threshold="4M"))  # pre-spawn-environ
+
 Adapters.  HpallocPlugin(adapters=...) / --hpalloc-adapters choose, as
 HPALLOC_ADAPTERS does for `hpctl run` (same names, same "all", same
 default: numpy,numba,torch,arrow; the raw domain "python" is opt-in), which
@@ -64,48 +73,29 @@ import importlib
 import logging
 import os
 import sys
+import threading
 
 import click
 import hpalloc_activate as _activation
 from distributed import WorkerPlugin
+from distributed.diagnostics.plugin import NannyPlugin
 
-from . import _hpalloc, config as _config, parse_knob, reset, set as _set, \
-    stats as _stats
+from . import _engines, _hpalloc, config as _config, parse_knob, preload_library, preloaded, \
+    reset, set as _set, stats as _stats
 from . import numpy as _numpy
 
-__all__ = ["HpallocPlugin", "dask_setup", "stats", "register", "unregister",
-           "PLUGIN_NAME"]
+__all__ = ["HpallocPlugin", "HpallocPreload", "dask_setup", "stats", "register",
+           "unregister", "preload_environ", "preload_config", "PLUGIN_NAME",
+           "PRELOAD_PLUGIN_NAME"]
 
 PLUGIN_NAME = "hpalloc"
+PRELOAD_PLUGIN_NAME = "hpalloc-preload"
+PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
 logger = logging.getLogger("hpalloc.dask")
 
 
-def _canonical(knobs):
-    """{knob: canonical value}, every value checked by the library; one
-    ValueError naming every refused knob, before anything changes."""
-    canon, errors = {}, []
-    for name, value in knobs.items():
-        try:
-            canon[name] = parse_knob(name, value)
-        except (ValueError, TypeError) as exc:
-            errors.append(str(exc))
-    if errors:
-        raise ValueError("hpalloc: refused knob value%s: %s"
-                         % ("s" if len(errors) > 1 else "", "; ".join(errors)))
-    return canon
-
-
-def _adapters(value):
-    """HPALLOC_ADAPTERS' names for value (a string as that variable takes,
-    or a list of names; None: its default), checked by its own parser."""
-    if value is None:
-        return _activation.DEFAULT_ADAPTERS
-    if not isinstance(value, str):
-        value = ",".join(value)
-    try:
-        return _activation.parse_adapters(value)
-    except ValueError as exc:
-        raise ValueError("hpalloc: refused adapters %r: %s" % (value, exc)) from None
+_canonical = _engines.canonical_knobs
+_adapters = _engines.checked_adapters
 
 
 # ---- the worker side ----------------------------------------------------
@@ -309,6 +299,202 @@ class HpallocPlugin(WorkerPlugin):
             self._activation = None
 
 
+# ---- the whole worker process under libhpalloc-preload.so --------------------
+#
+# A WorkerPlugin runs in a worker process that already runs: too late for
+# LD_PRELOAD, which the dynamic linker reads when a process starts.  The
+# nanny starts the worker process, and sets its `pre_spawn_env` (the
+# configuration distributed.nanny.pre-spawn-environ, with what is added to
+# it) in its own environment just before it spawns one (distributed#5279:
+# distributed.nanny.environ is applied inside the new process, too late).
+# So the preload goes there: through the configuration (LocalCluster,
+# preload_config), a nanny preload (`dask worker --preload-nanny
+# hpalloc.dask`, LocalCluster(preload_nanny=[...])), or a NannyPlugin that
+# restarts the workers of a running cluster (HpallocPreload).
+
+_env_name = _engines.env_name
+
+
+def _with_preload(current):
+    """LD_PRELOAD with the preload library appended (once) to current."""
+    library = preload_library()
+    parts = (current or "").replace(":", " ").split()
+    if any(os.path.basename(p) == os.path.basename(library) for p in parts):
+        return current
+    return " ".join(parts + [library])
+
+
+def preload_environ(**knobs):
+    """The environment that puts a worker process under the preload library
+    with these knobs (each checked by the library: ValueError naming every
+    refused one): LD_PRELOAD (hpalloc.preload_library(), after what
+    LD_PRELOAD holds in this process), HPALLOC_<KNOB> for each knob, and
+    ARROW_DEFAULT_MEMORY_POOL=system so that Arrow's buffers, which its own
+    pool (jemalloc, mimalloc) would keep from malloc, reach it too."""
+    env = _engines.knob_environ(knobs)
+    env["LD_PRELOAD"] = _with_preload(os.environ.get("LD_PRELOAD"))
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    return env
+
+
+def preload_config(**knobs):
+    """{"distributed.nanny.pre-spawn-environ": ...}: the current value of
+    that setting (MALLOC_TRIM_THRESHOLD_ ...) with preload_environ(**knobs)
+    added, for dask.config.set() around starting a LocalCluster or Nanny:
+
+        with dask.config.set(hpalloc.dask.preload_config(threshold="4M")):
+            cluster = LocalCluster(n_workers=2)
+    """
+    import dask
+    current = dict(dask.config.get(PRE_SPAWN, default={}) or {})
+    env = preload_environ(**knobs)
+    env["LD_PRELOAD"] = _with_preload(current.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD"))
+    return {PRE_SPAWN: dict(current, **env)}
+
+
+def _env_knobs_checked(environ):
+    """HPALLOC_<KNOB> values of environ that the library refuses, said as
+    one ValueError (the nanny would start workers that ignore them)."""
+    errors = []
+    for knob in _config():
+        value = environ.get(_env_name(knob))
+        if value is None:
+            continue
+        try:
+            parse_knob(knob, value)
+        except ValueError as exc:
+            errors.append("%s=%s: %s" % (_env_name(knob), value, exc))
+    if errors:
+        raise ValueError("hpalloc: refused knob value%s in the environment: %s"
+                         % ("s" if len(errors) > 1 else "", "; ".join(errors)))
+
+
+def _nanny_env(nanny):
+    """The nanny's pre_spawn_env: the dict it puts into its environment
+    before each spawn (distributed 2022.12 to 2026.x)."""
+    env = getattr(nanny, "pre_spawn_env", None)
+    if not isinstance(env, dict):
+        raise RuntimeError("hpalloc: this distributed's Nanny has no pre_spawn_env "
+                           "(distributed.nanny.pre-spawn-environ): use "
+                           "hpalloc.dask.preload_config() instead")
+    return env
+
+
+def _preload_nanny(nanny, knobs):
+    """Make the nanny start its worker under the preload library with
+    knobs (and, on a worker with a memory limit, cache_rss_max as the
+    plugin sets it); returns what it changed: {name: previous or None}."""
+    env = preload_environ(**knobs)
+    _env_knobs_checked(dict(os.environ, **env))
+    bound = _rss_bound(nanny)
+    if bound is not None and "cache_rss_max" not in knobs and \
+            _env_name("cache_rss_max") not in os.environ:
+        env[_env_name("cache_rss_max")] = str(bound)
+    target = _nanny_env(nanny)
+    env["LD_PRELOAD"] = _with_preload(target.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD"))
+    previous = {name: target.get(name) for name in env}
+    target.update(env)
+    _restore_after_spawn(nanny, tuple(env))
+    return previous
+
+
+# The nanny puts pre_spawn_env into the environment of the process it runs
+# in (os.environ.update, then it spawns) and leaves it there.  A LocalCluster's
+# nannies run in the user's own process: LD_PRELOAD would stay in its
+# environment and reach every program it starts later.  So each spawn of a
+# nanny we set up (nanny.instantiate: start, restart, a worker that died) is
+# wrapped, and once no such spawn is in flight in this process, our
+# variables get back the values they had before.  (The worker process got
+# its environment when it was spawned, before instantiate returns.)
+_spawn_lock = threading.Lock()
+_spawns = 0
+_saved_environ = {}
+
+
+def _spawn_enter(names):
+    global _spawns
+    with _spawn_lock:
+        for name in names:
+            if name not in _saved_environ:
+                _saved_environ[name] = os.environ.get(name)
+        _spawns += 1
+
+
+def _spawn_leave():
+    global _spawns
+    with _spawn_lock:
+        _spawns -= 1
+        if _spawns:
+            return
+        for name, value in _saved_environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _saved_environ.clear()
+
+
+def _restore_after_spawn(nanny, names):
+    original = nanny.instantiate
+    if getattr(original, "_hpalloc_wrapper", False):
+        return
+
+    async def instantiate(*args, **kwargs):
+        _spawn_enter(names)
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            _spawn_leave()
+
+    instantiate._hpalloc_wrapper = True
+    nanny.instantiate = instantiate
+
+
+class HpallocPreload(NannyPlugin):
+    """A nanny plugin that restarts every worker under libhpalloc-preload.so
+    (all its large mallocs on hpalloc, whatever library makes them) with
+    these knobs, and starts later workers so:
+
+        hpalloc.dask.register(client, hpalloc.dask.HpallocPreload(threshold="4M"))
+
+    Registering restarts the workers (distributed restarts a nanny's worker
+    for a plugin with restart = True): what they held is lost, as with
+    client.restart().  Unregistering (hpalloc.dask.unregister(client,
+    HpallocPreload)) makes later worker starts plain again; running workers
+    stay preloaded until they restart."""
+
+    name = PRELOAD_PLUGIN_NAME
+    restart = True
+
+    def __init__(self, **knobs):
+        self.knobs = _canonical(knobs)
+        self._previous = None
+
+    def __getstate__(self):
+        return {"knobs": _canonical(self.knobs)}
+
+    def __setstate__(self, state):
+        self.knobs = _canonical(state["knobs"])
+        self._previous = None
+
+    def setup(self, nanny):
+        self._previous = _preload_nanny(nanny, self.knobs)
+        logger.info("hpalloc: nanny %s starts its worker under %s (knobs %s)",
+                    getattr(nanny, "address", "?"), preload_library(),
+                    self.knobs or "unchanged")
+
+    def teardown(self, nanny):
+        if self._previous is None:
+            return
+        target = _nanny_env(nanny)
+        for name, value in self._previous.items():
+            if value is None:
+                target.pop(name, None)
+            else:
+                target[name] = value
+        self._previous = None
+
+
 # ---- `dask worker --preload hpalloc.dask --hpalloc KNOB=VALUE` ---------------
 
 def _click_knobs(ctx, param, values):
@@ -344,12 +530,18 @@ def _click_adapters(ctx, param, value):
               help="adapters to switch on, as HPALLOC_ADAPTERS "
                    "(default numpy,numba,torch,arrow; all)")
 def dask_setup(worker, knobs, adapters):
-    """Preload entry point: hpalloc in this worker, with knobs."""
-    from distributed import Worker
+    """Preload entry point: hpalloc in this worker, with knobs; as a nanny
+    preload (--preload-nanny), the worker process started under
+    libhpalloc-preload.so with knobs (and HPALLOC_<KNOB> of the
+    environment, checked here)."""
+    from distributed import Nanny, Worker
+    if isinstance(worker, Nanny):
+        _preload_nanny(worker, knobs)
+        return
     if not isinstance(worker, Worker):
-        raise RuntimeError("hpalloc.dask is a worker preload (dask worker "
-                           "--preload hpalloc.dask), not for %s"
-                           % type(worker).__name__)
+        raise RuntimeError("hpalloc.dask is a worker or nanny preload (dask worker "
+                           "--preload hpalloc.dask, --preload-nanny hpalloc.dask), "
+                           "not for %s" % type(worker).__name__)
     plugin = HpallocPlugin(adapters=adapters, **knobs)
     plugin.setup(worker)
     # visible like a registered plugin (stats(), teardown at close)
@@ -360,15 +552,19 @@ def dask_setup(worker, knobs, adapters):
 
 def register(client, plugin):
     """client.register_plugin(plugin), or register_worker_plugin on a
-    distributed that has no register_plugin (< 2023.9)."""
+    distributed that has no register_plugin (< 2023.9; nanny=True for a
+    NannyPlugin such as HpallocPreload)."""
     method = getattr(client, "register_plugin", None)
-    if method is None:
-        method = client.register_worker_plugin
-    return method(plugin)
+    if method is not None:
+        return method(plugin)
+    return client.register_worker_plugin(plugin, nanny=isinstance(plugin, NannyPlugin))
 
 
-def unregister(client):
-    """The hpalloc plugin off every worker (teardown puts them back)."""
+def unregister(client, plugin=HpallocPlugin):
+    """An hpalloc plugin off every worker (HpallocPlugin's teardown puts the
+    workers back) or nanny (plugin=HpallocPreload)."""
+    if plugin is HpallocPreload or isinstance(plugin, HpallocPreload):
+        return client.unregister_worker_plugin(PRELOAD_PLUGIN_NAME, nanny=True)
     return client.unregister_worker_plugin(PLUGIN_NAME)
 
 
@@ -382,6 +578,7 @@ def _worker_row(dask_worker=None):
         row["plugin"] = PLUGIN_NAME in dask_worker.plugins
     else:
         row["name"], row["plugin"] = None, False
+    row["preloaded"] = preloaded()
     row["numpy_installed"] = _numpy.installed()
     for adapter in ("numba", "torch", "python"):
         row[adapter + "_installed"] = _adapter_installed(adapter)
@@ -395,7 +592,8 @@ def stats(client):
     """Every worker's hpalloc counters and knobs, gathered with the client:
     a pandas DataFrame indexed by worker address when pandas is installed,
     else a list of dicts (each with a "worker" key).  Columns: pid, name,
-    plugin (the hpalloc plugin is set up there), numpy_installed,
+    plugin (the hpalloc plugin is set up there), preloaded (the worker
+    process runs under libhpalloc-preload.so), numpy_installed,
     numba_installed, torch_installed, python_installed, every counter of
     hpalloc.stats() and every knob's effective value."""
     rows = client.run(_worker_row)

@@ -164,6 +164,6 @@ rows=$(printf '%s\n' "$out" | awk 'NR > 1 && $1 != "total" { print $1 }' | sort 
 ok
 set -- $(printf '%s\n' "$out" | awk '$1 == "total"')
 [ "$2 $3" = "50 processes" ] || fail "total of 50: $*"
-case "$4/$5" in 100.0M/0|0/100.0M) ok ;; *) [ "${10}" = api=100.0M ] || fail "total of 50: $*"; ok ;; esac
+case "$4/$5" in 100.0M/0|0/100.0M) ok ;; *) [ "${12}" = api=100.0M ] || fail "total of 50: $*"; ok ;; esac
 
 done_ok

@@ -1,18 +1,20 @@
 #!/bin/bash
-# tests/python/venv.sh DIR — the virtual environment of `make check-venv`
-# and of the NumPy 2.x runs of `make check-numpy`:
+# tests/python/venv.sh DIR [REQUIREMENTS] — the virtual environment of
+# `make check-venv` and of the NumPy 2.x runs of `make check-numpy` (and,
+# with tests/python/ray-requirements.txt, of `make check-ray-venv`):
 #   1. created with $VENV_PYTHON (configure finds it) if DIR has none;
-#   2. the PyPI stack of tests/python/venv-requirements.txt, (re)installed
-#      when that file changed;
+#   2. the PyPI stack of REQUIREMENTS (default
+#      tests/python/venv-requirements.txt), (re)installed when that file
+#      changed;
 #   3. hpalloc's Python package installed the way docs/python.md tells users
 #      to (pip install ./python), built against this build tree's library:
 #      pkgconfig/hpalloc-uninstalled.pc comes first on PKG_CONFIG_PATH.
 # Needs abs_top_srcdir, abs_top_builddir and VENV_PYTHON in the environment.
 set -euo pipefail
 
-venv=${1:?usage: venv.sh DIR}
+venv=${1:?usage: venv.sh DIR [REQUIREMENTS]}
 : "${abs_top_srcdir:?}" "${abs_top_builddir:?}"
-req=$abs_top_srcdir/tests/python/venv-requirements.txt
+req=${2:-$abs_top_srcdir/tests/python/venv-requirements.txt}
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 
 if [ ! -x "$venv/bin/python" ]; then
