@@ -49,6 +49,22 @@ if [ -n "$extra" ]; then
 fi
 echo "$(wc -l <<<"$exported") exported symbols checked against $(wc -l <<<"$declared") declarations"
 
+# debian/libhpalloc1.symbols lists the same symbols: a new function missing
+# there is a package that does not say which version brings it.
+symfile=$abs_top_srcdir/debian/libhpalloc1.symbols
+if [ -r "$symfile" ]; then
+	listed=$(sed -n 's/^ \(hp_[a-z0-9_]*\)@Base .*/\1/p' "$symfile" | sort -u)
+	unlisted=$(comm -23 <(grep '^hp_' <<<"$exported" || true) <(echo "$listed"))
+	gone=$(comm -13 <(grep '^hp_' <<<"$exported" || true) <(echo "$listed"))
+	if [ -n "$unlisted$gone" ]; then
+		[ -n "$unlisted" ] && { echo "exported but not in debian/libhpalloc1.symbols:" >&2; echo "$unlisted" >&2; }
+		[ -n "$gone" ] && { echo "in debian/libhpalloc1.symbols but not exported:" >&2; echo "$gone" >&2; }
+		status=1
+	else
+		echo "debian/libhpalloc1.symbols lists them all"
+	fi
+fi
+
 # libhpalloc-preload.so is on the public API alone and decides nothing the
 # library owns: secure execution is libhpalloc's one test (hp_secure_exec,
 # reached through hp_report_activation), so the preload object never asks
