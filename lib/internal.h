@@ -217,13 +217,20 @@ HP_HIDDEN int os_unmap(const struct hp_map *m);
 /* Grow a THP mapping without copying (in place, else moved to a 2 MiB
  * aligned place).  On success *m is updated. */
 HP_HIDDEN int os_remap_thp(struct hp_map *m, size_t new_size);
-/* Every private huge block is followed by a guard of this many bytes that
- * no block uses: readable (zeros), never writable (os.c says why). */
+/* Every private huge block is followed by a guard of at least this many
+ * bytes that no block uses: readable (zeros), never writable (os.c says
+ * why). */
 #define HP_GUARD HP_THP_SIZE
+/* The bytes a block of len bytes and its guard span: the guard runs to the
+ * 2 MiB boundary at least HP_GUARD past the block. */
+static inline size_t os_span(size_t len)
+{
+	return hp_align_up(len + HP_GUARD, HP_THP_SIZE);
+}
 /* Where the next piece of a cut THP mapping would start. */
 static inline char *os_thp_end(const struct hp_map *m)
 {
-	return (char *)m->addr + m->len + HP_GUARD;
+	return (char *)m->addr + os_span(m->len);
 }
 /* Cut a THP mapping in two without a page moving: *m keeps its first
  * front_len bytes (a multiple of 2 MiB, so its guard is one whole huge page

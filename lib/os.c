@@ -26,9 +26,10 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-/* Every private huge block is followed by its guard: HP_GUARD (2 MiB) of
- * address space no block uses, the end of the block's own mapping (THP) or
- * a mapping of its own (hugetlb).  Why:
+/* Every private huge block is followed by its guard: address space no block
+ * uses, at least HP_GUARD (2 MiB) and up to the next 2 MiB boundary
+ * (os_span), the end of the block's own mapping (THP) or a mapping of its
+ * own (hugetlb).  Why:
  *   - it keeps the kernel from merging a block with its neighbour into one
  *     VMA, so smaps reports each block on its own;
  *   - it reads as zeros and faults on a write (guard=read, the default).
@@ -37,6 +38,11 @@
  *     OpenBLAS's complex kernels read up to a column (16 bytes a row) past
  *     a matrix, which a 2 MiB guard covers up to 131072 rows.  guard=fault
  *     makes any access past the end fault, to find overruns.
+ * It ends on a 2 MiB boundary, so past the block's own last extent it is
+ * whole huge pages: protecting or dropping it never splits a huge page
+ * there, whose page table would stay and have the block, grown over its
+ * guard later, fault 4 KiB pages where it should get huge ones.  And the
+ * span is a multiple of 2 MiB, which the kernel aligns by itself.
  * Nothing writes it.  A fresh block's guard, read, maps the zero page and
  * holds no memory; a cut's guard keeps the cache's pages it had until a
  * join (os_thp_split); a shrink drops the pages of its new guard.  Mapped
@@ -124,7 +130,18 @@ size_t os_private_pages(size_t pagesize)
  * a 2 MiB boundary. */
 static void *map_aligned(size_t len, int prot, int extra)
 {
-	return prim_map_aligned(len + GUARD, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1);
+	return prim_map_aligned(os_span(len), prot, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1);
+}
+
+/* The guard after a block of len bytes at p. */
+static char *guard_of(char *p, size_t len)
+{
+	return p + len;
+}
+
+static size_t guard_len(size_t len)
+{
+	return os_span(len) - len;
 }
 
 int os_map_thp(size_t size, struct hp_map *out)
@@ -142,10 +159,10 @@ int os_map_thp(size_t size, struct hp_map *out)
 	/* only ever on our own mapping: never on memory libc may reuse.  The
 	 * guard gets the same advice so that, opened again to grow, it merges
 	 * back into the block's VMA (mremap needs one VMA). */
-	prim_advise(p, len + GUARD, MADV_HUGEPAGE);
+	prim_advise(p, os_span(len), MADV_HUGEPAGE);
 	if (prim_protect(p, len, PROT_READ | PROT_WRITE) < 0) {
 		hp_log(2, "opening a THP map of %zu failed: %s", len, strerror(errno));
-		prim_unmap(p, len + GUARD);
+		prim_unmap(p, os_span(len));
 		errno = ENOMEM;
 		return -1;
 	}
@@ -167,7 +184,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	void *p = prim_map_hugetlb(len, pagesize, GUARD, guard_prot());
+	void *p = prim_map_hugetlb(len, pagesize, guard_len(len), guard_prot());
 	if (!p) {
 		hp_log(2, "hugetlb map of %zu with %zu pages failed: %s", len, pagesize, strerror(errno));
 		errno = ENOMEM;
@@ -181,7 +198,7 @@ int os_map_hugetlb(size_t size, size_t pagesize, struct hp_map *out)
 
 static size_t map_span(const struct hp_map *m)
 {
-	return m->len + GUARD;
+	return os_span(m->len);
 }
 
 int os_unmap(const struct hp_map *m)
@@ -239,39 +256,39 @@ int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 	/* the guard is one whole huge page: none is split, and it keeps its
 	 * pages (the cache's, lazily freed already unless libc would have kept
 	 * them): no syscall to drop them, and a join reopens it as it was */
-	if (prim_protect(p + front_len, GUARD, guard_prot()) < 0)
+	if (prim_protect(guard_of(p, front_len), guard_len(front_len), guard_prot()) < 0)
 		return -1;
 	*back = *m;
-	back->addr = p + front_len + GUARD;
-	back->len = m->len - front_len - GUARD;
+	back->addr = p + os_span(front_len);
+	back->len = m->len - os_span(front_len);
 	m->len = front_len;
 	return 0;
 }
 
 int os_thp_join(struct hp_map *front, const struct hp_map *back)
 {
-	char *guard = (char *)front->addr + front->len;
+	char *guard = guard_of(front->addr, front->len);
 
 	if (front->backend != HP_BACKEND_THP || back->backend != HP_BACKEND_THP ||
-	    guard + GUARD != (char *)back->addr) {
+	    os_thp_end(front) != (char *)back->addr) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (prim_protect(guard, GUARD, PROT_READ | PROT_WRITE) < 0)
+	if (prim_protect(guard, guard_len(front->len), PROT_READ | PROT_WRITE) < 0)
 		return -1;
-	front->len += GUARD + back->len;
+	front->len = (size_t)((char *)back->addr - (char *)front->addr) + back->len;
 	return 0;
 }
 
 static int shrink_thp(struct hp_map *m, size_t new_len)
 {
-	char *p = m->addr;
+	char *p = m->addr, *guard = guard_of(p, new_len);
 	/* the first dropped bytes become the guard, their pages dropped; the
 	 * rest (and the old guard) goes */
-	if (prim_protect(p + new_len, GUARD, guard_prot()) < 0)
+	if (prim_protect(guard, guard_len(new_len), guard_prot()) < 0)
 		return -1;
-	prim_advise(p + new_len, GUARD, MADV_DONTNEED);
-	prim_unmap(p + new_len + GUARD, m->len - new_len);
+	prim_advise(guard, guard_len(new_len), MADV_DONTNEED);
+	prim_unmap(p + os_span(new_len), os_span(m->len) - os_span(new_len));
 	m->len = new_len;
 	return 0;
 }
@@ -287,16 +304,16 @@ static int shrink_thp(struct hp_map *m, size_t new_len)
  * into the first 2 MiB of the new half, which then faults 4 KiB pages. */
 static int grow_in_place(struct hp_map *m, size_t new_len)
 {
-	char *p = m->addr;
+	char *p = m->addr, *guard = guard_of(p, m->len);
 
-	prim_advise(p + m->len, GUARD, MADV_HUGEPAGE);
-	if (prim_protect(p + m->len, GUARD, PROT_READ | PROT_WRITE) < 0)
+	prim_advise(guard, guard_len(m->len), MADV_HUGEPAGE);
+	if (prim_protect(guard, guard_len(m->len), PROT_READ | PROT_WRITE) < 0)
 		return -1;
-	if (!prim_remap(p, m->len + GUARD, new_len + GUARD, 0, NULL)) {
-		prim_protect(p + m->len, GUARD, guard_prot());
+	if (!prim_remap(p, os_span(m->len), os_span(new_len), 0, NULL)) {
+		prim_protect(guard, guard_len(m->len), guard_prot());
 		return -1;
 	}
-	prim_protect(p + new_len, GUARD, guard_prot());
+	prim_protect(guard_of(p, new_len), guard_len(new_len), guard_prot());
 	return 0;
 }
 
@@ -307,12 +324,14 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 		return -1;
 	void *moved = prim_remap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
 	if (!moved) {
-		prim_unmap(target, new_len + GUARD);
+		prim_unmap(target, os_span(new_len));
 		return -1;
 	}
-	prim_unmap((char *)m->addr + m->len, GUARD); /* the old guard, ours until now */
-	prim_advise(target + new_len, GUARD, MADV_HUGEPAGE);
-	prim_protect(target + new_len, GUARD, guard_prot()); /* was the reservation's */
+	/* the old guard, ours until now */
+	prim_unmap(guard_of(m->addr, m->len), guard_len(m->len));
+	prim_advise(guard_of(target, new_len), guard_len(new_len), MADV_HUGEPAGE);
+	/* the reservation's protection until now */
+	prim_protect(guard_of(target, new_len), guard_len(new_len), guard_prot());
 	m->addr = moved;
 	return 0;
 }
