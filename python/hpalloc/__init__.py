@@ -12,10 +12,11 @@ in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
     hpalloc.numpy.install()       # every NumPy array from now on
 """
 
-from . import _hpalloc
+from . import _hpalloc, _prefix
 
 __all__ = ["__version__", "stats", "config", "set", "reset", "parse_size",
-           "format_size", "cache_flush", "processes", "parse_knob"]
+           "format_size", "cache_flush", "processes", "parse_knob", "get_include",
+           "get_pkgconfig_dir"]
 
 __version__ = _hpalloc.version()
 
@@ -86,3 +87,17 @@ def processes():
     gone; "alive" is True when checked, None when it cannot be checked from
     here (another pid namespace, no /proc)."""
     return _hpalloc.processes()
+
+
+def get_include():
+    """The directory of hpalloc.h inside this package (hpalloc's wheel),
+    for C, C++ or Cython extensions built in the environment; None when
+    the package was installed without the C side inside it (make install,
+    the Debian packages: pkg-config finds it under their prefix)."""
+    return _prefix.path("include")
+
+
+def get_pkgconfig_dir():
+    """The directory of the wheel's hpalloc.pc (`hpalloc-config
+    --pkgconfigdir`), or None as for get_include()."""
+    return _prefix.path("lib", "pkgconfig")
