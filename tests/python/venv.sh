@@ -4,9 +4,10 @@
 #   1. created with $VENV_PYTHON (configure finds it) if DIR has none;
 #   2. the PyPI stack of tests/python/venv-requirements.txt, (re)installed
 #      when that file changed;
-#   3. hpalloc's Python package installed the way docs/python.md tells users
-#      to (pip install ./python), built against this build tree's library:
-#      pkgconfig/hpalloc-uninstalled.pc comes first on PKG_CONFIG_PATH.
+#   3. hpalloc's sdist and wheel made from this tree's sources as users make
+#      them (python -m build: the sdist, then the wheel built from it, in
+#      build's isolated environment) into $abs_top_builddir/wheelhouse, and
+#      that wheel installed (the tests of tests/wheel use it too).
 # Needs abs_top_srcdir, abs_top_builddir and VENV_PYTHON in the environment.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ venv=${1:?usage: venv.sh DIR}
 : "${abs_top_srcdir:?}" "${abs_top_builddir:?}"
 req=$abs_top_srcdir/tests/python/venv-requirements.txt
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+wheelhouse=$abs_top_builddir/wheelhouse
 
 if [ ! -x "$venv/bin/python" ]; then
 	if [ -z "${VENV_PYTHON:-}" ]; then
@@ -27,8 +29,15 @@ if ! cmp -s "$req" "$venv/.requirements"; then
 	"${pip[@]}" install -q -r "$req"
 	cp "$req" "$venv/.requirements"
 fi
-PKG_CONFIG_PATH=$abs_top_builddir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH} \
-	"${pip[@]}" install -q --force-reinstall --no-deps "$abs_top_srcdir/python"
+rm -rf "$wheelhouse" "$wheelhouse.log"
+start=$SECONDS
+if ! "$venv/bin/python" -m build --outdir "$wheelhouse" "$abs_top_srcdir" >"$wheelhouse.log" 2>&1; then
+	tail -n 40 "$wheelhouse.log"
+	echo "venv.sh: python -m build failed (the whole log: $wheelhouse.log)" >&2
+	exit 1
+fi
+echo "venv.sh: python -m build: $(cd "$wheelhouse" && echo *) in $((SECONDS - start)) s"
+"${pip[@]}" install -q --force-reinstall --no-deps "$wheelhouse"/hpalloc-*.whl
 "$venv/bin/python" -c 'import sys, numpy, hpalloc
 print("venv.sh: %s: Python %s, NumPy %s, hpalloc %s from %s" % (sys.prefix,
       sys.version.split()[0], numpy.__version__, hpalloc.__version__, hpalloc.__file__))'
