@@ -40,6 +40,8 @@ chown nobody:nogroup "$user_home/job.sh"
 start=$SECONDS
 run as_fresh_user_with_compilers bash "$user_home/job.sh"
 echo "the recipe and the checks took $((SECONDS - start)) s"
+grep -A 18 '^hpalloc .* configured$' <<<"$out"
+grep -v '^  \|^checking\|^config\|^make\|^libtool\|^ /usr/bin\|^/usr/bin\|^ *CC\|^ *CXX\|^ *GEN\|^ *CCLD\|^ *CXXLD' <<<"$out" | tail -n 12
 [ "$rc" = 0 ] || fail "the non-root recipe failed ($rc): $(tail -n 30 <<<"$out") $(tail -n 30 <<<"$err")"
 home=$user_home
 contains "$out" "hpctl: $home/.local/bin/hpctl" "hpctl from the user's prefix"
