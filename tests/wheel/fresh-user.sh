@@ -3,13 +3,14 @@
 # copied to a fresh venv of an unprivileged user (nobody), in a mount
 # namespace where no other libhpalloc, hpctl or hpalloc package and no
 # compiler is visible, without XDG_RUNTIME_DIR (tests/wheel/isolate.sh):
-#   - pip installs the wheel, then NumPy, then PyTorch (after hpalloc: the
-#     adapter needs no PyTorch at build time);
-#   - `hpctl run -- python prog.py` puts a 256 MiB np.ones and a 256 MiB
-#     torch.ones on huge pages per /proc/self/smaps, through hpalloc (NumPy's
-#     handler, the torch origin's counter), where the same program without
-#     hpctl run has the tensor on small pages; every hpalloc file the
-#     process maps is the venv's;
+#   - pip installs the wheel, then NumPy, then PyTorch and pyarrow (after
+#     hpalloc: their adapters need neither at build time);
+#   - `hpctl run -- python prog.py` puts a 256 MiB np.ones, a 256 MiB
+#     torch.ones and a 256 MiB Arrow buffer on huge pages per
+#     /proc/self/smaps, through hpalloc (NumPy's handler, the torch and api
+#     origins' counters, pyarrow's default pool), where the same program
+#     without hpctl run has the tensor on small pages and none of them on
+#     hpalloc; every hpalloc file the process maps is the venv's;
 #   - `hpctl stats` lists that process;
 #   - `hpctl run --preload` puts a 256 MiB malloc on huge pages with the
 #     venv's libhpalloc-preload.so, and `python -m hpalloc` is the venv's hpctl;
@@ -25,17 +26,24 @@ import os, sys, time
 sys.path.insert(0, os.path.join(os.environ["HOME"], "testlib"))
 from hp_memory import huge_bytes, smaps
 import numpy as np
+import pyarrow as pa
 import torch
 
 MiB = 1 << 20
+def hpalloc_stats():  # hpalloc's counters, when hpalloc is active
+    return sys.modules["hpalloc"].stats() if "hpalloc" in sys.modules else {}
 a = np.ones(256 * MiB // 8)
 t = torch.ones(256 * MiB // 4)
+b = pa.allocate_buffer(256 * MiB)
+np.frombuffer(b, dtype=np.uint8)[:] = 1  # touched, as a column would be
 print("numpy_huge", huge_bytes(a.ctypes.data, a.nbytes))
 print("torch_huge", huge_bytes(t.data_ptr(), t.nbytes))
+print("arrow_huge", huge_bytes(b.address, b.size))
+print("arrow_pool", pa.default_memory_pool().backend_name)
+print("arrow_origin", hpalloc_stats().get("api_huge_bytes", 0))
 hp = sys.modules.get("hpalloc.numpy")
 print("numpy_handler", hp.get_handler_name(a) if hp else "none")
-import hpalloc
-print("torch_origin", hpalloc.stats().get("torch_huge_bytes", 0) if "hpalloc.torch" in sys.modules else 0)
+print("torch_origin", hpalloc_stats().get("torch_huge_bytes", 0))
 print("mapped", " ".join(sorted({e["path"] for e in smaps() if "hpalloc" in e["path"]})))
 sys.stdout.flush()
 if len(sys.argv) > 1:  # stay, for hpctl stats
@@ -64,6 +72,7 @@ command -v hpctl >/dev/null && [ "$(command -v hpctl)" = "$HOME/venv/bin/hpctl" 
 	{ say "FAIL hpctl on PATH: $(command -v hpctl)"; exit 1; }
 t numpy pip install -q --no-cache-dir numpy || exit 1
 t torch pip install -q --no-cache-dir torch==2.13.0 || exit 1
+t pyarrow pip install -q --no-cache-dir 'pyarrow==26.*' || exit 1
 say "time setup-total $((SECONDS - start)) s"
 # without hpalloc: the control
 python prog.py > plain.out 2> plain.err || { say "FAIL plain run: $(cat plain.err)"; exit 1; }
@@ -115,7 +124,10 @@ MiB=$((1 << 20))
 # without hpalloc: NumPy 2 madvises its own large arrays, PyTorch does not
 [ "$(field torch_huge plain.out)" -lt $((16 * MiB)) ] ||
 	fail "torch.ones is on huge pages without hpalloc: the test cannot tell ($(cat "$user_home/plain.out"))"
-[ "$(field numpy_handler plain.out)" = none ] || fail "hpalloc active without hpctl run"
+# (NumPy 2 and pyarrow's mimalloc give their own large blocks huge pages:
+# what says hpalloc has them under hpctl run is its handler and counters)
+[ "$(field numpy_handler plain.out)" = none ] && [ "$(field arrow_pool plain.out)" != hpalloc ] ||
+	fail "hpalloc active without hpctl run: $(cat "$user_home/plain.out")"
 ok
 # with hpctl run: both on huge pages, through hpalloc
 [ "$(field numpy_huge run.out)" -ge $((128 * MiB)) ] ||
@@ -126,6 +138,12 @@ ok
 	fail "torch.ones not on huge pages under hpctl run: $(cat "$user_home/run.out") $(cat "$user_home/run.err")"
 [ "$(field torch_origin run.out)" -ge $((256 * MiB)) ] ||
 	fail "hpalloc did not count the tensor (torch_huge_bytes): $(cat "$user_home/run.out")"
+ok
+[ "$(field arrow_huge run.out)" -ge $((128 * MiB)) ] ||
+	fail "the Arrow buffer is not on huge pages under hpctl run: $(cat "$user_home/run.out") $(cat "$user_home/run.err")"
+[ "$(field arrow_pool run.out)" = hpalloc ] || fail "pyarrow's default pool is not hpalloc's: $(cat "$user_home/run.out")"
+[ "$(field arrow_origin run.out)" -ge $((256 * MiB)) ] ||
+	fail "hpalloc did not count the Arrow buffer (api_huge_bytes): $(cat "$user_home/run.out")"
 ok
 for f in $(field mapped run.out) $(field preload_mapped preload.out); do
 	case $f in "$site"/*) ;; *) fail "the process mapped an hpalloc file outside the venv: $f" ;; esac

@@ -14,8 +14,9 @@
 #     over them, and PATH=$HOME/venv/bin:$HOME/.bin, links to every other
 #     program of /usr/bin (not with --keep-compilers, the from-source
 #     route: PATH=$HOME/venv/bin:/usr/bin:/bin);
-#   - the environment: HOME, PATH, LANG; no XDG_RUNTIME_DIR, no
-#     HPALLOC_CONTROL_DIR, no HPALLOC_*, no PYTHON*.
+#   - the environment: HOME, PATH, LANG and the machine's pip settings
+#     (PIP_*); no XDG_RUNTIME_DIR, no HPALLOC_CONTROL_DIR, no HPALLOC_*, no
+#     PYTHON*.
 # Only mounts of this namespace change: nothing outside it sees them.
 set -eu
 compilers=hide
@@ -61,5 +62,11 @@ if [ "$compilers" = hide ]; then
 		-exec ln -s {} "$path/" \;
 fi
 
+# The machine's pip settings (PIP_*: where packages come from, its
+# certificates) stay: they are the machine's, not hpalloc's.
+pip_env=()
+while IFS= read -r var; do
+	pip_env+=("$var=${!var}")
+done < <(compgen -e | grep '^PIP_')
 exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
-	env -i HOME="$home" PATH="$home/venv/bin:$path" LANG=C.UTF-8 "$@"
+	env -i HOME="$home" PATH="$home/venv/bin:$path" LANG=C.UTF-8 "${pip_env[@]}" "$@"

@@ -33,7 +33,8 @@ trap wheel_cleanup EXIT
 fresh_user_home() {
 	[ "$(id -u)" = 0 ] || skip_test root "a mount namespace and another user need root"
 	can_be_nobody || skip_test nonroot "cannot switch to nobody (setpriv missing or no such user)"
-	user_home=$(mktemp -d /tmp/hpalloc-fresh-user.XXXXXX) || fail "mktemp"
+	# (no "hpalloc" in its name: the tests look for that word in paths)
+	user_home=$(mktemp -d /tmp/fresh-user.XXXXXX) || fail "mktemp"
 	mkdir "$user_home/testlib"
 	cp "$WHEEL" "$SDIST" "$user_home/" &&
 		cp "$abs_top_srcdir/tests/python/hp_memory.py" "$user_home/testlib/" &&
