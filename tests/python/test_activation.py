@@ -29,7 +29,7 @@ PROG = textwrap.dedent("""
 
 def system_python(tmp_path):
     """Debian's python3, for which the stage's package is built, seeing its
-    NumPy but no hpalloc installed on this machine (README command 1 puts one
+    NumPy but no hpalloc installed on this machine (README's system route puts one
     in /usr/local, and an interpreter's own hpalloc comes before the one
     hpctl brings): a venv of it without pip whose one .pth adds NumPy's
     directory."""
