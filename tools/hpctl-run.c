@@ -11,9 +11,9 @@
  *   - $HPALLOC_PYTHON_DIR, when set (the build tree's tests): that one, put
  *     first on PYTHONPATH too;
  *   - else the interpreter's own, when it has one (a venv or conda
- *     environment with `pip install ./python`: built for its NumPy and
- *     PyTorch), and only where it has none, the package installed with this
- *     hpctl -- found at the same place relative to this executable as
+ *     environment with hpalloc's wheel), and only where it has none, the
+ *     package installed with this hpctl (the wheel's: the package holding
+ *     this hpctl) -- found at the same place relative to this executable as
  *     configure's pyexecdir is to bindir (a relocated or DESTDIR install),
  *     else at configure's pyexecdir -- which sitecustomize.py appends to
  *     sys.path (HPALLOC_PYTHON_FALLBACK), so it never shadows the
@@ -67,6 +67,8 @@ bool relocated_dir(const char *py, char *buf, size_t len)
 			common = i; /* last shared directory boundary */
 	if (!bin[i] && py[i] == '/')
 		common = i; /* bindir itself is a prefix of pyexecdir */
+	if (!py[i] && bin[i] == '/')
+		common = i; /* pyexecdir is above bindir (the wheel: site/hpalloc/bin) */
 	for (const char *p = bin + common; *p; p++)
 		if (*p == '/' && p[1])
 			strncat(rel, "../", sizeof(rel) - strlen(rel) - 1);
@@ -136,7 +138,7 @@ static void choose_python_package(void)
 #ifdef HPCTL_PYEXECDIR
 	warnx("the hpalloc Python package is not installed next to hpctl (looked in %s): "
 	      "Python programs run on NumPy's default allocator unless their environment "
-	      "has its own (pip install ./python)", HPCTL_PYEXECDIR);
+	      "has its own (pip install hpalloc)", HPCTL_PYEXECDIR);
 #endif
 }
 

@@ -14,10 +14,11 @@ in libhpalloc.  Importing it does not import NumPy; ``hpalloc.numpy`` does.
 
 import os as _os
 
-from . import _hpalloc
+from . import _hpalloc, _prefix
 
 __all__ = ["__version__", "stats", "config", "set", "reset", "parse_size",
-           "format_size", "cache_flush", "processes", "parse_knob", "preload_library", "preloaded"]
+           "format_size", "cache_flush", "processes", "parse_knob", "preload_library", "preloaded",
+           "get_include", "get_pkgconfig_dir"]
 
 __version__ = _hpalloc.version()
 
@@ -119,3 +120,17 @@ def preloaded():
     hpalloc's (counted as preload_huge_bytes)."""
     return any(_os.path.basename(path) == PRELOAD_NAME
                for path in _hpalloc.loaded_objects())
+
+
+def get_include():
+    """The directory of hpalloc.h inside this package (hpalloc's wheel),
+    for C, C++ or Cython extensions built in the environment; None when
+    the package was installed without the C side inside it (make install,
+    the Debian packages: pkg-config finds it under their prefix)."""
+    return _prefix.path("include")
+
+
+def get_pkgconfig_dir():
+    """The directory of the wheel's hpalloc.pc (`hpalloc-config
+    --pkgconfigdir`), or None as for get_include()."""
+    return _prefix.path("lib", "pkgconfig")

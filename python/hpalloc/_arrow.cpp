@@ -13,48 +13,122 @@
  * happens to the default pool later; the pool is static (pyarrow keeps a
  * raw pointer to it).
  *
- * Arrow's C++ classes are one release's (libarrow.so.<major>00): the
- * module records the release it was compiled for (built_for) and
- * hpalloc.arrow refuses another.
+ * Arrow's C++ classes are one release's (libarrow.so.<major>00).  This is
+ * built against the declaration of that release's ABI in abi/arrow.h, with
+ * no Arrow headers or libraries: it links nothing of Arrow, and bind()
+ * looks Arrow's functions up in the libraries pyarrow loaded, once
+ * hpalloc.arrow has checked the release (built_for); until then install()
+ * & co refuse.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
-#include <arrow/memory_pool.h>
-#include <arrow/python/common.h>
-#include <arrow/python/lib_api.h>
-#include <arrow/status.h>
-#include <arrow/util/config.h>
-
+#include "abi/arrow.h"
 #include "hpalloc.h"
 
 namespace {
 
 void *arrow_ctx; /* hp_ctx(HP_ORIGIN_API, 0), set before first use */
 
-class HpPool final : public arrow::MemoryPool {
+/* ---- Arrow's functions, found by bind() ----------------------------------- */
+hp_arrow::Functions arrowfn;
+PyObject *(*box_memory_pool)(hp_arrow::MemoryPool *);
+bool bound;
+
+void *loaded(const char *path, char *why, size_t len)
+{
+	void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	if (lib == nullptr)
+		snprintf(why, len, "%s is not loaded (import pyarrow first): %s", path, dlerror());
+	return lib; /* kept open: pyarrow keeps our pool, we keep its functions */
+}
+
+/* pyarrow.lib's box_memory_pool from its C-API capsule, or nullptr after
+ * saying why in why. */
+PyObject *(*find_box_memory_pool(char *why, size_t len))(hp_arrow::MemoryPool *)
+{
+	PyObject *lib = PyImport_ImportModule("pyarrow.lib");
+	PyObject *api = lib ? PyObject_GetAttrString(lib, "__pyx_capi__") : nullptr;
+	PyObject *capsule = api ? PyDict_GetItemString(api, hp_arrow::box_memory_pool_capsule) : nullptr;
+	void *fn = nullptr;
+	if (capsule != nullptr && PyCapsule_CheckExact(capsule))
+		fn = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+	Py_XDECREF(api);
+	Py_XDECREF(lib);
+	PyErr_Clear();
+	if (fn == nullptr)
+		snprintf(why, len, "pyarrow.lib exports no %s", hp_arrow::box_memory_pool_capsule);
+	return reinterpret_cast<PyObject *(*)(hp_arrow::MemoryPool *)>(fn);
+}
+
+/* Look Arrow's functions up in pyarrow's loaded libarrow and
+ * libarrow_python.  nullptr, or why not. */
+const char *bind_arrow(const char *libarrow, const char *libarrow_python, char *why, size_t len)
+{
+	if (bound)
+		return nullptr;
+	void *a = loaded(libarrow, why, len), *p = a ? loaded(libarrow_python, why, len) : nullptr;
+	if (p == nullptr)
+		return why;
+	hp_arrow::Functions found;
+	for (size_t i = 0; i < sizeof(hp_arrow::symbols) / sizeof(hp_arrow::symbols[0]); i++) {
+		const hp_arrow::Symbol &s = hp_arrow::symbols[i];
+		void *sym = dlsym(s.library == 'a' ? a : p, s.name);
+		if (sym == nullptr) {
+			snprintf(why, len, "%s has no %s: not Arrow %s's",
+				 s.library == 'a' ? libarrow : libarrow_python, s.name, hp_arrow::release);
+			return why;
+		}
+		std::memcpy(reinterpret_cast<char *>(&found) + i * sizeof(sym), &sym, sizeof(sym));
+	}
+	PyObject *(*box)(hp_arrow::MemoryPool *) = find_box_memory_pool(why, len);
+	if (box == nullptr)
+		return why;
+	arrowfn = found;
+	box_memory_pool = box;
+	bound = true;
+	return nullptr;
+}
+
+hp_arrow::Status error(hp_arrow::StatusCode code, const std::string &msg)
+{
+	hp_arrow::Status st;
+	arrowfn.Status_new(&st, code, msg);
+	return st;
+}
+
+hp_arrow::Status out_of_memory(int64_t size)
+{
+	return error(hp_arrow::StatusCode::OutOfMemory,
+		     "hpalloc: not enough memory for " + std::to_string(size) + " bytes");
+}
+
+class HpPool final : public hp_arrow::MemoryPool {
 public:
 	/* Requests below the huge path go to `small` (set once, before use). */
-	arrow::MemoryPool *small = nullptr;
+	hp_arrow::MemoryPool *small = nullptr;
 
-	arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t **out) override
+	hp_arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t **out) override
 	{
 		if (size < 0)
-			return arrow::Status::Invalid("negative malloc size");
+			return error(hp_arrow::StatusCode::Invalid, "negative malloc size");
 		void *p;
 		switch (hp_huge_alloc(arrow_ctx, static_cast<size_t>(size),
 				      static_cast<size_t>(alignment), 0, &p)) {
 		case 0:
 			*out = static_cast<uint8_t *>(p);
 			count(size, size);
-			return arrow::Status::OK();
+			return hp_arrow::Status();
 		case 1: {
-			arrow::Status st = small->Allocate(size, alignment, out);
+			hp_arrow::Status st = small->Allocate(size, alignment, out);
 			if (st.ok())
 				count(size, size);
 			return st;
@@ -64,18 +138,18 @@ public:
 		}
 	}
 
-	arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
+	hp_arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
 				 uint8_t **ptr) override
 	{
 		if (new_size < 0)
-			return arrow::Status::Invalid("negative realloc size");
+			return error(hp_arrow::StatusCode::Invalid, "negative realloc size");
 		if (hp_owns(*ptr)) {
 			void *p;
 			switch (hp_huge_realloc(arrow_ctx, *ptr, static_cast<size_t>(new_size), &p)) {
 			case 0:
 				*ptr = static_cast<uint8_t *>(p);
 				count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
-				return arrow::Status::OK();
+				return hp_arrow::Status();
 			case 1:
 				return move(old_size, new_size, alignment, ptr);
 			default:
@@ -87,7 +161,7 @@ public:
 		int rc = hp_huge_alloc(arrow_ctx, static_cast<size_t>(new_size),
 				       static_cast<size_t>(alignment), 0, &p);
 		if (rc == 1) {
-			arrow::Status st = small->Reallocate(old_size, new_size, alignment, ptr);
+			hp_arrow::Status st = small->Reallocate(old_size, new_size, alignment, ptr);
 			if (st.ok())
 				count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
 			return st;
@@ -98,7 +172,7 @@ public:
 		small->Free(*ptr, old_size, alignment);
 		*ptr = static_cast<uint8_t *>(p);
 		count(new_size - old_size, std::max<int64_t>(new_size - old_size, 0));
-		return arrow::Status::OK();
+		return hp_arrow::Status();
 	}
 
 	void Free(uint8_t *buffer, int64_t size, int64_t alignment) override
@@ -153,22 +227,16 @@ private:
 
 	/* A huge block the huge path no longer takes (the knobs changed):
 	 * allocate anew, copy, give the old one back. */
-	arrow::Status move(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t **ptr)
+	hp_arrow::Status move(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t **ptr)
 	{
 		uint8_t *fresh;
-		arrow::Status st = Allocate(new_size, alignment, &fresh);
+		hp_arrow::Status st = Allocate(new_size, alignment, &fresh);
 		if (!st.ok())
 			return st;
 		std::memcpy(fresh, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
 		Free(*ptr, old_size, alignment);
 		*ptr = fresh;
-		return arrow::Status::OK();
-	}
-
-	static arrow::Status out_of_memory(int64_t size)
-	{
-		return arrow::Status::OutOfMemory("hpalloc: not enough memory for ", size,
-						  " bytes");
+		return hp_arrow::Status();
 	}
 };
 
@@ -177,13 +245,29 @@ HpPool pool;
 
 int ready()
 {
+	if (!bound) {
+		PyErr_SetString(PyExc_RuntimeError, "hpalloc._arrow is not bound to pyarrow's "
+				"libraries yet: use it through hpalloc.arrow");
+		return -1;
+	}
 	if (arrow_ctx == nullptr && (arrow_ctx = hp_ctx(HP_ORIGIN_API, 0)) == nullptr) {
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
-	if (import_pyarrow__lib() != 0)
-		return -1;
 	return 0;
+}
+
+PyObject *py_bind(PyObject *, PyObject *args)
+{
+	const char *libarrow, *libarrow_python;
+	char why[512];
+	if (!PyArg_ParseTuple(args, "ss:bind", &libarrow, &libarrow_python))
+		return nullptr;
+	if (bind_arrow(libarrow, libarrow_python, why, sizeof(why)) != nullptr) {
+		PyErr_SetString(PyExc_ImportError, why);
+		return nullptr;
+	}
+	Py_RETURN_NONE;
 }
 
 /* The default pool becomes hpalloc's, over the one there now (the first
@@ -192,7 +276,7 @@ PyObject *py_install(PyObject *, PyObject *)
 {
 	if (ready() != 0)
 		return nullptr;
-	arrow::MemoryPool *current = arrow::py::get_memory_pool();
+	hp_arrow::MemoryPool *current = arrowfn.get_memory_pool();
 	if (current == &pool)
 		Py_RETURN_NONE;
 	if (pool.small == nullptr)
@@ -204,7 +288,7 @@ PyObject *py_install(PyObject *, PyObject *)
 				"first one (set it back with pyarrow.set_memory_pool())");
 		return nullptr;
 	}
-	arrow::py::set_default_memory_pool(&pool);
+	arrowfn.set_default_memory_pool(&pool);
 	Py_RETURN_NONE;
 }
 
@@ -212,14 +296,18 @@ PyObject *py_install(PyObject *, PyObject *)
  * hpalloc's since (that one stays).  Buffers on hpalloc stay valid. */
 PyObject *py_uninstall(PyObject *, PyObject *)
 {
-	if (arrow::py::get_memory_pool() == &pool)
-		arrow::py::set_default_memory_pool(pool.small);
+	if (ready() != 0)
+		return nullptr;
+	if (arrowfn.get_memory_pool() == &pool)
+		arrowfn.set_default_memory_pool(pool.small);
 	Py_RETURN_NONE;
 }
 
 PyObject *py_installed(PyObject *, PyObject *)
 {
-	return PyBool_FromLong(arrow::py::get_memory_pool() == &pool);
+	if (ready() != 0)
+		return nullptr;
+	return PyBool_FromLong(arrowfn.get_memory_pool() == &pool);
 }
 
 /* hpalloc's pool as a pyarrow.MemoryPool, for memory_pool= arguments. */
@@ -228,11 +316,14 @@ PyObject *py_pool(PyObject *, PyObject *)
 	if (ready() != 0)
 		return nullptr;
 	if (pool.small == nullptr)
-		pool.small = arrow::py::get_memory_pool();
+		pool.small = arrowfn.get_memory_pool();
 	return box_memory_pool(&pool);
 }
 
 PyMethodDef methods[] = {
+	{"bind", py_bind, METH_VARARGS,
+	 "bind(libarrow_path, libarrow_python_path): find Arrow's functions in the "
+	 "libraries pyarrow loaded"},
 	{"install", py_install, METH_NOARGS,
 	 "install(): pyarrow's default memory pool becomes hpalloc's"},
 	{"uninstall", py_uninstall, METH_NOARGS,
@@ -262,9 +353,9 @@ PyMODINIT_FUNC PyInit__arrow(void);
 PyMODINIT_FUNC PyInit__arrow(void)
 {
 	PyObject *m = PyModule_Create(&module);
-	/* The release whose headers this was compiled with: hpalloc.arrow
-	 * compares it with pyarrow's before using anything else here. */
-	if (m != nullptr && PyModule_AddStringConstant(m, "built_for", ARROW_VERSION_STRING) != 0) {
+	/* The release whose ABI this was compiled for: hpalloc.arrow
+	 * compares it with pyarrow's before binding anything here. */
+	if (m != nullptr && PyModule_AddStringConstant(m, "built_for", hp_arrow::release) != 0) {
 		Py_DECREF(m);
 		return nullptr;
 	}

@@ -21,47 +21,59 @@ also after uninstall().  Code that asks for a pool by name
 arrow::default_memory_pool() directly keeps that pool: docs/python.md
 ("pandas and pyarrow") says what stays on small pages.
 
-The adapter is compiled against one Arrow release's C++ headers (a
-MemoryPool is a C++ vtable of that release): importing it under another
-release is an ImportError that says so (built_for: the release it was
-built for).
+The adapter serves one Arrow release (a MemoryPool is a C++ vtable of that
+release; the libraries are libarrow.so.<major>00): importing it under
+another release is an ImportError that says so (built_for: the release it
+serves).  It is built against a declaration of that release's ABI
+(python/hpalloc/abi/arrow.h, Arrow 26), with no Arrow at build time, so
+pyarrow may be installed after hpalloc.
 """
 
+import importlib.util
+import os
 import re
 import threading
 
 import pyarrow as _pyarrow  # libarrow loaded first
 
-REINSTALL = ("reinstall hpalloc's Python package in this environment "
-             "(pip install --force-reinstall ./python)")
-
 
 def _release(version):
     """'26.0.1' -> '26': Arrow's C++ ABI is one per major release (the
     libarrow.so.2600 SONAME)."""
-    m = re.match(r"(\d+)\.", version)
+    m = re.match(r"(\d+)", version)
     return m.group(1) if m else version
 
 
-try:
-    from . import _arrow
-except ModuleNotFoundError as exc:
-    if exc.name != __package__ + "._arrow":
-        raise
+# A package built without the adapter has no such module (find_spec: an
+# import of a missing submodule says only "cannot import name").
+if importlib.util.find_spec(__package__ + "._arrow") is None:
     raise ImportError(
-        "hpalloc.arrow is not available: hpalloc's Python package was built "
-        "without its pyarrow adapter (pip: install pyarrow first, then "
-        "pip install --force-reinstall ./python, whose output says why the "
-        "adapter was left out; the autotools build does not make it)"
-    ) from None
-except ImportError as exc:  # the dynamic linker: built for another libarrow
-    raise ImportError("hpalloc.arrow does not load with pyarrow %s (%s): %s"
-                      % (_pyarrow.__version__, exc, REINSTALL)) from None
+        "hpalloc.arrow is not available: hpalloc was built without its "
+        "pyarrow adapter (no C++ compiler, said in configure's summary, or "
+        "--without-arrow)"
+    )
+from . import _arrow  # noqa: E402  (links nothing of Arrow: loads anywhere)
 
 if _release(_arrow.built_for) != _release(_pyarrow.__version__):
-    raise ImportError("hpalloc.arrow was built for pyarrow %s, this is %s: %s"
+    raise ImportError("hpalloc.arrow serves pyarrow %s, this is %s: install "
+                      "pyarrow==%s.* in this environment (docs/python.md, "
+                      "\"pandas and pyarrow\")"
                       % (_release(_arrow.built_for), _pyarrow.__version__,
-                         REINSTALL))
+                         _release(_arrow.built_for)))
+
+
+def _library(name):
+    """The file of one of pyarrow's libraries of this release, as pyarrow
+    loaded it (libarrow.so.2600 sits next to pyarrow's modules)."""
+    so = "%s.so.%s00" % (name, _release(_pyarrow.__version__))
+    for directory in [os.path.dirname(_pyarrow.__file__)] + _pyarrow.get_library_dirs():
+        path = os.path.join(directory, so)
+        if os.path.exists(path):
+            return path
+    return so  # the dynamic linker's name: bind() says it is not loaded
+
+
+_arrow.bind(_library("libarrow"), _library("libarrow_python"))
 
 __all__ = ["install", "uninstall", "installed", "pool", "built_for"]
 

@@ -39,7 +39,7 @@ from . import _hpalloc
 
 def _check_built_for_this_numpy():
     """A module built against NumPy 1.x headers cannot load into NumPy 2.x
-    (NumPy's C ABI 2); one built against 2.x headers (pip's build, with
+    (NumPy's C ABI 2); one built against 2.x headers (the wheel, with
     NPY_TARGET_VERSION 1.22) serves 1.22 and later.  Say which package to
     rebuild, in one line, instead of import_array()'s traceback."""
     built = _hpalloc.NUMPY_ABI_VERSION >> 24
@@ -52,16 +52,16 @@ def _check_built_for_this_numpy():
         return
     where = _os.path.dirname(_os.path.abspath(_hpalloc.__file__))
     if where.startswith(_os.path.join(_os.path.realpath(_sys.prefix), "")):
-        what = "rebuild this environment's hpalloc (pip install --force-reinstall ./python"
+        what = "reinstall this environment's hpalloc (pip install --force-reinstall hpalloc"
     elif where.startswith("/usr/lib/python3/"):
         what = ("python3-hpalloc serves Debian's python3 and its NumPy; give this "
-                "environment its own (pip install ./python")
+                "environment its own (pip install hpalloc")
     else:
-        what = "give this environment its own hpalloc (pip install ./python"
+        what = "give this environment its own hpalloc (pip install hpalloc"
     raise ImportError(
         "hpalloc's NumPy extension in %s was built for NumPy %d.x and this "
-        "interpreter (%s) has NumPy %s: %s from a clone; see docs/python.md)"
-        % (where, built, _sys.executable, have, what))
+        "interpreter (%s) has NumPy %s: %s, the wheel, or `pip install .` in a "
+        "clone; see docs/python.md)" % (where, built, _sys.executable, have, what))
 
 
 _check_built_for_this_numpy()

@@ -21,19 +21,22 @@ takes 1, so a library registering its own with the default priority at
 import does not silently displace it; RuntimeError if a higher one holds
 the slot.
 
-The adapter is compiled against one PyTorch release's C++ headers (c10's
-Allocator changes between releases): importing it under another release
+The adapter is compiled for one PyTorch release (c10's Allocator is a C++
+vtable that changes between releases): importing it under another release
 is an ImportError that says so, before anything of c10 is touched
-(built_for: the release it was built for).
+(built_for: the release it serves).  hpalloc's wheel builds it against a
+declaration of PyTorch 2.13's interface (python/hpalloc/abi/c10.h), so it
+needs no PyTorch to build and PyTorch may be installed after hpalloc; a
+build from source against libtorch's headers serves the PyTorch of those
+headers (docs/python.md, "PyTorch").
 """
 
+import importlib.util
+import os
 import re
 import threading
 
 import torch as _torch_module  # c10 loaded and initialised first
-
-REINSTALL = ("reinstall hpalloc's Python package in this environment "
-             "(pip install --force-reinstall ./python)")
 
 
 def _release(version):
@@ -43,26 +46,43 @@ def _release(version):
     return m.group(0) if m else version
 
 
+# A package built without the adapter has no such module (find_spec: an
+# import of a missing submodule says only "cannot import name").
+if importlib.util.find_spec(__package__ + "._torch") is None:
+    raise ImportError(
+        "hpalloc.torch is not available: hpalloc was built without its "
+        "PyTorch adapter (a wheel or sdist build: no C++ compiler, said in "
+        "its configure summary; autotools: configure found no libtorch "
+        "headers, or --without-torch; Debian: apt install "
+        "python3-hpalloc-torch)"
+    )
 try:
     from . import _torch
-except ModuleNotFoundError as exc:
-    if exc.name != __package__ + "._torch":
-        raise
-    raise ImportError(
-        "hpalloc.torch is not available: hpalloc's Python package was built "
-        "without its PyTorch adapter (pip: install torch first, then "
-        "pip install --force-reinstall ./python, whose output says why the "
-        "adapter was left out; Debian: apt install python3-hpalloc-torch; "
-        "autotools: configure found no libtorch headers, or --without-torch)"
-    ) from None
 except ImportError as exc:  # the dynamic linker: built for another libc10
-    raise ImportError("hpalloc.torch does not load with PyTorch %s (%s): %s"
-                      % (_torch_module.__version__, exc, REINSTALL)) from None
+    raise ImportError("hpalloc.torch does not load with PyTorch %s (%s): "
+                      "rebuild hpalloc against this PyTorch (docs/python.md, "
+                      "\"PyTorch\")" % (_torch_module.__version__, exc)) from None
+
+
+def _other_release():
+    served = _release(_torch.built_for)
+    if getattr(_torch, "declared_abi", False):
+        how = ("install torch==%s.* in this environment, or build hpalloc from "
+               "source against this PyTorch's headers (docs/python.md, "
+               "\"PyTorch\")" % served)
+    else:
+        how = ("rebuild hpalloc against this PyTorch's headers (docs/python.md, "
+               "\"PyTorch\")")
+    return ImportError("hpalloc.torch serves PyTorch %s, this is %s: %s"
+                       % (served, _torch_module.__version__, how))
+
 
 if _release(_torch.built_for) != _release(_torch_module.__version__):
-    raise ImportError("hpalloc.torch was built for PyTorch %s, this is %s: %s"
-                      % (_release(_torch.built_for),
-                         _torch_module.__version__, REINSTALL))
+    raise _other_release()
+
+# The declared-ABI build finds c10's functions in the libc10 PyTorch loaded
+# (a linked build has them already: a no-op).
+_torch.bind(os.path.join(os.path.dirname(_torch_module.__file__), "lib", "libc10.so"))
 
 __all__ = ["install", "uninstall", "installed", "built_for"]
 

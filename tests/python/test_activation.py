@@ -29,7 +29,7 @@ PROG = textwrap.dedent("""
 
 def system_python(tmp_path):
     """Debian's python3, for which the stage's package is built, seeing its
-    NumPy but no hpalloc installed on this machine (README command 1 puts one
+    NumPy but no hpalloc installed on this machine (README's system route puts one
     in /usr/local, and an interpreter's own hpalloc comes before the one
     hpctl brings): a venv of it without pip whose one .pth adds NumPy's
     directory."""
@@ -171,8 +171,8 @@ def test_hpalloc_numpy_env_in_a_site_directory(stage, tmp_path):
 
 
 def test_hpctl_run_prefers_the_interpreters_own_package(stage, tmp_path):
-    """A venv with its own hpalloc (pip install ./python, built for its NumPy
-    2 and PyTorch 2) runs on that one, started directly or by a script,
+    """A venv with its own hpalloc (hpalloc's wheel, for its NumPy 2 and
+    PyTorch 2) runs on that one, started directly or by a script,
     with no PYTHONPATH set by hand; hpctl's package is only the fallback."""
     if not VENV:
         pytest.skip("needs make check-venv's venv (README command 2)")
@@ -207,7 +207,7 @@ def test_package_built_for_numpy_1_under_numpy_2_is_said(stage):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ran"
     assert_one_line(proc, "not active for numpy", "built for NumPy 1.x",
-                    "NumPy %s" % numpy.__version__, "pip install ./python")
+                    "NumPy %s" % numpy.__version__, "pip install hpalloc")
     assert "Traceback" not in proc.stderr
 
 

@@ -172,8 +172,12 @@ def test_adapter_that_cannot_load_is_said(hpctl, adapter, module, tmp_path):
     needs(adapter)
     partial = tmp_path / "site"
     partial.mkdir()
-    for name in ("hpalloc", "hpalloc_activate.py", "hpalloc-numpy.pth"):
+    # (the wheel's package also needs hpalloc.libs/, the libraries
+    # auditwheel put beside it)
+    for name in ("hpalloc", "hpalloc_activate.py", "hpalloc-numpy.pth", "hpalloc.libs"):
         src = os.path.join(package_dir(), name)
+        if name == "hpalloc.libs" and not os.path.exists(src):
+            continue
         if os.path.isdir(src):
             shutil.copytree(src, partial / name, ignore=shutil.ignore_patterns(module))
         else:

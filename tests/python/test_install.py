@@ -2,7 +2,7 @@
 tests/consumer builds before the tests run), tested in isolation from any
 copy installed on this machine: the interpreters here start with -S and add
 only NumPy's directory and the stage, so an hpalloc under /usr/local or
-/usr/lib/python3 (README command 1, the Debian package) cannot be the one
+/usr/lib/python3 (README's system route, the Debian package) cannot be the one
 imported."""
 
 import glob

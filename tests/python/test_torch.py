@@ -268,8 +268,7 @@ def test_profiler_sees_hpalloc_allocations(adapter):
 # ---- built for one release ------------------------------------------------------
 
 def test_records_the_release_it_was_built_for():
-    release = ".".join(torch.__version__.split(".")[:2])
-    assert htorch.built_for.startswith(release + ".")
+    assert htorch._release(htorch.built_for) == htorch._release(torch.__version__)
     assert htorch.built_for == htorch._torch.built_for
 
 
@@ -289,45 +288,87 @@ else:
     return lines[0]
 
 
-REINSTALL = ("reinstall hpalloc's Python package in this environment "
-             "(pip install --force-reinstall ./python)")
+REBUILD = "build hpalloc from source against this PyTorch's headers (docs/python.md, \"PyTorch\")"
 
 
 def test_refuses_another_release():
     """c10's Allocator is a C++ vtable of one release: under another, the
     adapter must not be used (a wrong vtable is a crash, not an error)."""
-    built = ".".join(htorch.built_for.split(".")[:2])
+    served = htorch._release(htorch.built_for)
     line = import_error("import torch; torch.__version__ = '1.0.0+other'")
-    assert line == ("hpalloc.torch was built for PyTorch %s, this is "
-                    "1.0.0+other: %s" % (built, REINSTALL))
+    assert line.startswith("hpalloc.torch serves PyTorch %s, this is 1.0.0+other: "
+                           % served), line
+    if htorch._torch.declared_abi:  # the wheel's: the release to install
+        assert line.endswith(": install torch==%s.* in this environment, or %s"
+                             % (served, REBUILD)), line
+    else:
+        assert line.endswith(": rebuild hpalloc against this PyTorch's headers "
+                             "(docs/python.md, \"PyTorch\")"), line
     # a patch release of the same one is the same interface
-    patch = htorch.built_for.rsplit(".", 1)[0] + ".99+local"
-    assert import_error("import torch; torch.__version__ = %r" % patch) == "imported"
+    assert import_error("import torch; torch.__version__ = %r"
+                        % (served + ".99+local")) == "imported"
 
 
 def test_not_built_says_how_to_get_it():
     line = import_error("import sys; sys.modules['hpalloc._torch'] = None")
-    assert line.startswith("hpalloc.torch is not available: hpalloc's Python "
-                           "package was built without its PyTorch adapter")
-    for how in ("install torch first", "pip install --force-reinstall ./python",
-                "python3-hpalloc-torch", "--without-torch"):
+    assert line.startswith("hpalloc.torch is not available: hpalloc was built "
+                           "without its PyTorch adapter")
+    for how in ("no C++ compiler", "python3-hpalloc-torch", "--without-torch"):
         assert how in line
 
 
-def test_not_loadable_says_reinstall():
+def test_not_loadable_says_rebuild():
     """The dynamic linker refusing the module (built against another
-    libc10: a missing symbol) is the same advice, with its reason."""
+    libc10: a missing symbol) is said with its reason."""
     line = import_error("""
-import sys, importlib.abc
-class Refuse(importlib.abc.MetaPathFinder):
+import sys, importlib.abc, importlib.machinery
+class Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path=None, target=None):
-        if name == "hpalloc._torch":
-            raise ImportError("_torch.so: undefined symbol: _ZN3c1010Allocator")
+        if name == "hpalloc._torch":  # found, as the file is
+            return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec):  # and refused when loaded
+        raise ImportError("_torch.so: undefined symbol: _ZN3c1010Allocator")
+    def exec_module(self, module):
+        pass
 sys.meta_path.insert(0, Refuse())
 """)
     assert line.startswith("hpalloc.torch does not load with PyTorch %s "
                            "(_torch.so: undefined symbol: " % torch.__version__)
-    assert line.endswith(REINSTALL)
+    assert line.endswith("rebuild hpalloc against this PyTorch (docs/python.md, "
+                         "\"PyTorch\")"), line
+
+
+def test_declared_abi_binds_only_to_the_loaded_libc10():
+    """The wheel's adapter (declared ABI) links nothing of PyTorch: until
+    hpalloc.torch binds it to the libc10 PyTorch loaded, it refuses to touch
+    c10, and it binds to nothing else (a libc10 that is not loaded, a
+    library without c10's functions)."""
+    if not htorch._torch.declared_abi:
+        pytest.skip("this build links libc10 (configure --with-torch): nothing to "
+                    "bind; the declared-ABI build (the wheel's) runs this in make "
+                    "check-venv")
+    proc = run_python("""
+import ctypes.util, os, torch
+from hpalloc import _torch
+try:
+    _torch.install()
+except RuntimeError as exc:
+    print("install:", exc)
+for path in ("/nonexistent/libc10.so", "libc.so.6"):
+    try:
+        _torch.bind(path)
+    except ImportError as exc:
+        print("bind:", exc)
+_torch.bind(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+_torch.install(); print("installed:", _torch.installed()); _torch.uninstall()
+""")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("install: hpalloc._torch is not bound to PyTorch's libc10"), lines
+    assert lines[1].startswith("bind: /nonexistent/libc10.so is not loaded (import torch "
+                               "first)"), lines
+    assert lines[2] == ("bind: libc.so.6 has no _ZN3c1015GetCPUAllocatorEv: not PyTorch "
+                        "%s's libc10" % htorch._release(htorch.built_for)), lines
+    assert lines[3] == "installed: True", lines
 
 
 def test_copy_on_write_clone_on_hpalloc(adapter):

@@ -7,8 +7,7 @@ this one activates hpalloc (hpalloc_activate), then runs the sitecustomize
 it shadows (Debian has one), if any.
 
 Which hpalloc: the interpreter's own when it has one (a venv or conda
-environment where `pip install ./python` built it for that environment's
-NumPy and PyTorch); else the package installed with hpctl, whose directory
+environment with hpalloc's wheel); else the package installed with hpctl, whose directory
 hpctl passes in HPALLOC_PYTHON_FALLBACK and which goes last on sys.path, so
 it never shadows a package of the interpreter's.  (With HPALLOC_PYTHON_DIR,
 hpctl has already put that directory first on PYTHONPATH.)
