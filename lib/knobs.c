@@ -122,7 +122,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"one of: on off", "on off", "on",
 		0, 1, parse_choice, format_choice},
 	[KNOB_GUARD] = {"guard", "choice",
-		"the 2 MiB after each new huge block: read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
+		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
 };
