@@ -23,6 +23,7 @@
  * removed by the next. */
 #include "harness.h"
 #include "../../lib/internal.h"
+#include "memcg_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -38,185 +39,24 @@
 #define BLOCK (32 * MiB)
 #define NBLOCKS 6
 #define WITHIN_MS 3000
-#define PREFIX "hpalloc-ctest-"
-#define V1_PARENT "/sys/fs/cgroup/memory"
-
-static struct {
-	int version;
-	char parent[256]; /* where cgroups of that version are made */
-	char dir[512];    /* ours, "" if none */
-	char home[512];   /* where the process was */
-} cg;
-
-static bool read_text(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, len - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return true;
-}
-
-static bool write_text(const char *dir, const char *file, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static bool write_text(const char *dir, const char *file, const char *fmt, ...)
-{
-	char path[700];
-	va_list ap;
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	FILE *f = fopen(path, "we");
-	if (!f)
-		return false;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	return fclose(f) == 0;
-}
-
-static size_t read_num(const char *file)
-{
-	char path[700], buf[64];
-	snprintf(path, sizeof(path), "%s/%s", cg.dir, file);
-	if (!read_text(path, buf, sizeof(buf)))
-		fail_msg("cannot read %s", path);
-	return (size_t)strtoull(buf, NULL, 10);
-}
-
-static size_t usage(void)
-{
-	return read_num(cg.version == 1 ? "memory.usage_in_bytes" : "memory.current");
-}
-
-static size_t limit_hits(void)
-{
-	if (cg.version == 1)
-		return read_num("memory.failcnt");
-	char path[700], buf[512];
-	snprintf(path, sizeof(path), "%s/memory.events", cg.dir);
-	if (!read_text(path, buf, sizeof(buf)))
-		fail_msg("cannot read %s", path);
-	char *p = strstr(buf, "\nmax ");
-	return p ? (size_t)strtoull(p + 5, NULL, 10) : 0;
-}
-
-static void set_limit(size_t limit)
-{
-	if (!write_text(cg.dir, cg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit))
-		fail_msg("cannot set the limit of %s: %s", cg.dir, strerror(errno));
-}
-
-/* Where cgroups of a version with the memory controller can be made here. */
-static bool find_parent(char *why, size_t len)
-{
-	char buf[512], line[512], path[300];
-	if (access(V1_PARENT "/memory.limit_in_bytes", F_OK) == 0) {
-		cg.version = 1;
-		snprintf(cg.parent, sizeof(cg.parent), V1_PARENT);
-		return true;
-	}
-	FILE *f = fopen("/proc/self/mounts", "re");
-	while (f && fgets(line, sizeof(line), f)) {
-		char mnt[256], type[64];
-		if (sscanf(line, "%*s %255s %63s", mnt, type) == 2 && strcmp(type, "cgroup2") == 0) {
-			snprintf(cg.parent, sizeof(cg.parent), "%s", mnt);
-			cg.version = 2;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
-	if (cg.version != 2) {
-		snprintf(why, len, "no cgroup v1 memory hierarchy, no cgroup2 mount");
-		return false;
-	}
-	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cg.parent);
-	if (!read_text(path, buf, sizeof(buf)) || !strstr(buf, "memory")) {
-		snprintf(why, len, "cgroup v2 at %s: the memory controller is not in cgroup.subtree_control",
-			 cg.parent);
-		return false;
-	}
-	return true;
-}
-
-/* The process's cgroup of that version, as a directory. */
-static void find_home(void)
-{
-	char line[512];
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (!b)
-			continue;
-		*b = '\0';
-		bool v1_memory = strstr(a + 1, "memory") != NULL, v2 = b == a + 1 && line[0] == '0';
-		if ((cg.version == 1 && v1_memory) || (cg.version == 2 && v2))
-			snprintf(cg.home, sizeof(cg.home), "%s%s", cg.parent, b + 1);
-	}
-	fclose(f);
-}
-
-/* PREFIX<pid>-... cgroups whose pid is gone (a run killed outright). */
-static void remove_stale(void)
-{
-	DIR *d = opendir(cg.parent);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		long pid;
-		char path[700];
-		if (sscanf(e->d_name, PREFIX "%ld", &pid) != 1 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", cg.parent, e->d_name);
-		rmdir(path);
-	}
-	if (d)
-		closedir(d);
-}
-
-static void leave(void)
-{
-	if (!cg.dir[0])
-		return;
-	write_text(cg.home, "cgroup.procs", "%d", (int)getpid());
-	for (int i = 0; i < 100 && rmdir(cg.dir) != 0 && errno == EBUSY; i++)
-		usleep(20000);
-	cg.dir[0] = '\0';
-}
-
 /* The process in a fresh cgroup limited to limit, the janitor aware of it. */
 static void enter(size_t limit)
 {
-	char why[512];
-	if (!harness_is_root())
-		harness_skip_cap("root", "making a memory cgroup needs root");
-	if (!find_parent(why, sizeof(why)))
-		harness_skip_cap("memcg", "%s", why);
-	find_home();
-	if (!cg.home[0])
-		fail_msg("the process's cgroup of v%d is not in /proc/self/cgroup", cg.version);
-	remove_stale();
-	snprintf(cg.dir, sizeof(cg.dir), "%s/" PREFIX "%d", cg.parent, (int)getpid());
-	if (mkdir(cg.dir, 0755) != 0 && errno != EEXIST) {
-		int err = errno;
-		cg.dir[0] = '\0';
-		harness_skip_cap("memcg", "cannot make a cgroup in %s: %s", cg.parent, strerror(err));
-	}
-	set_limit(limit);
-	if (cg.version == 2)
-		write_text(cg.dir, "memory.swap.max", "0");
-	if (!write_text(cg.dir, "cgroup.procs", "%d", (int)getpid()))
-		fail_msg("cannot move into %s: %s", cg.dir, strerror(errno));
+	tmemcg_make(limit);
+	tmemcg_enter();
 	uint64_t end = harness_now_ms() + WITHIN_MS;
 	while (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit && harness_now_ms() < end)
 		harness_sleep_ms(10);
 	if (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit)
 		fail_msg("the janitor did not find the cgroup %s (limit %zu MiB) within %d ms: "
-			 "memcg_limit_bytes %llu", cg.dir, limit >> 20, WITHIN_MS,
+			 "memcg_limit_bytes %llu", tmemcg.dir, limit >> 20, WITHIN_MS,
 			 (unsigned long long)harness_stat(HP_STAT_MEMCG_LIMIT_BYTES));
 }
+
+static size_t usage(void) { return tmemcg_usage(); }
+static size_t limit_hits(void) { return tmemcg_limit_hits(); }
+static void set_limit(size_t limit) { tmemcg_set_limit(limit); }
+static void leave(void) { tmemcg_remove(); }
 
 /* THP blocks cached for long, the janitor running, the cache empty. */
 static void knobs(void)
@@ -440,7 +280,6 @@ int main(int argc, char **argv)
 	};
 
 	harness_init(argc, argv);
-	atexit(leave); /* a failed case left it: out, and removed */
 	int rc = harness_run("memcg_bound", tests, ARRAY_SIZE(tests));
 	leave();
 	return rc;
