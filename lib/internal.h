@@ -480,6 +480,11 @@ HP_HIDDEN bool memcg_watch(void);
 /* hp_free, before a THP block is cached: a fresh look at the usage, in a
  * limited cgroup only (one relaxed load otherwise). */
 HP_HIDDEN void memcg_before_cache(void);
+/* What is free under the binding level's limit (limit - usage), from a
+ * reading at most max_age_ms old (read again here if older; files are
+ * read: no lock held by the caller); SIZE_MAX without a known limit.  A
+ * measure only: populate.c's rule decides what it allows. */
+HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
 /* THP bytes on their way back to the kernel (release_adopt): free under
  * the limit from now on, as far as the bound is concerned. */
 HP_HIDDEN void memcg_releasing(size_t bytes);

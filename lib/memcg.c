@@ -44,6 +44,12 @@
  *     ~3 us here), unless a reading younger than MEMCG_FRESH_MS serves.  A
  *     fresh mapping that does not fit in what is free has libc give back
  *     its free memory first (small.c small_libc_give_back).
+ *   - the populate workers, while they fault a block in: what is free
+ *     (memcg_headroom), from a reading at most a millisecond old -- their
+ *     faults get no ENOMEM at the limit, the OOM killer kills the process
+ *     (populate.c's rule keeps them within a share of it).
+ * The cache_memcg knob switches the cache's bound off, not this file: the
+ * cgroup and its limit are followed whatever it says (memcg_limit_bytes).
  * Between two readings, what the cache hands to release.c counts as free
  * already (memcg_releasing): else each block given back would shrink the
  * headroom as the next evaluation sees it -- the cached bytes less, the
@@ -90,7 +96,11 @@ static bool bound_on(void)
 size_t memcg_cache_bound(size_t charged)
 {
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
-	if (free == SIZE_MAX || !bound_on())
+	if (!bound_on()) {
+		atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
+		return SIZE_MAX;
+	}
+	if (free == SIZE_MAX)
 		return SIZE_MAX;
 	size_t headroom = free > SIZE_MAX - charged ? SIZE_MAX : free + charged;
 	size_t bound = headroom / 100 * MEMCG_CACHE_SHARE_PCT;
@@ -355,11 +365,13 @@ static void bind(const struct level *l)
 	atomic_store_explicit(&limited, true, memory_order_relaxed);
 }
 
-/* Where the process is, its binding level: bound, or no bound. */
+/* Where the process is, its binding level: bound, or no bound.  Whether
+ * the cache_memcg knob is on or off: the knob is the cache's (its bound),
+ * and the populate workers ask what is free under the limit all the same. */
 static bool look(void)
 {
 	struct level l;
-	if (!bound_on() || !locate()) {
+	if (!locate()) {
 		unbind();
 		return false;
 	}
@@ -381,19 +393,19 @@ void memcg_start(void)
 
 bool memcg_watch(void)
 {
-	return look() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	return look() && bound_on() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
 }
 
 /* The binding level's usage again, unless a reading younger than
- * MEMCG_FRESH_MS serves; an unreadable one: no bound until the janitor
- * finds one again. */
-static void refresh(void)
+ * max_age_ms serves; an unreadable one: no bound until the janitor finds
+ * one again. */
+static void refresh(uint64_t max_age_ms)
 {
 	char dir[PRIM_MEMCG_PATH_MAX];
 	size_t usage;
 	uint64_t now = hp_now_ms();
 
-	if (now - atomic_load_explicit(&read_at_ms, memory_order_relaxed) < MEMCG_FRESH_MS)
+	if (now - atomic_load_explicit(&read_at_ms, memory_order_relaxed) < max_age_ms)
 		return;
 	pthread_mutex_lock(&memcg_lock);
 	memcpy(dir, bind_dir, sizeof(dir));
@@ -422,14 +434,22 @@ void memcg_releasing(size_t bytes)
 void memcg_before_cache(void)
 {
 	if (atomic_load_explicit(&limited, memory_order_relaxed) && bound_on())
-		refresh();
+		refresh(MEMCG_FRESH_MS);
+}
+
+size_t memcg_headroom(unsigned max_age_ms)
+{
+	if (!atomic_load_explicit(&limited, memory_order_relaxed))
+		return SIZE_MAX;
+	refresh(max_age_ms);
+	return atomic_load_explicit(&free_now, memory_order_relaxed);
 }
 
 unsigned memcg_before_map(size_t size)
 {
 	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on())
 		return 0;
-	refresh();
+	refresh(MEMCG_FRESH_MS);
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
 	if (free == SIZE_MAX)
 		return 0;

@@ -12,7 +12,8 @@
  *     call into the library, down and up;
  *   - files that say something else than a number, files that cannot be
  *     read, a cgroup removed while running, a process outside the mounted
- *     part, the cache_memcg knob off: no bound, errno unchanged, every
+ *     part, the cache_memcg knob off (the limit still known, for the
+ *     populate workers): no bound, errno unchanged, every
  *     block accounted for, live contents intact; and the bound back once
  *     the files are good again;
  *   - the free path's own reading of the usage failing (EMFILE: open() is
@@ -289,9 +290,14 @@ static void test_knob_off(void **state)
 	stage_v1(256 * MiB, 240 * MiB);
 	wait_limit(256 * MiB);
 	harness_knob("cache_memcg", "off");
-	wait_limit(0);
 	make_blocks(b, 0);
 	free_all(b, NBLOCKS);
+	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK);
+	/* the knob is the cache's: the limit is still followed (the populate
+	 * workers' bound, populate.c) */
+	harness_sleep_ms(300);
+	assert_int_equal(harness_stat(HP_STAT_MEMCG_LIMIT_BYTES), 256 * MiB);
+	assert_int_equal(harness_stat(HP_STAT_MEMCG_CACHE_BOUND), 0);
 	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK);
 	harness_knob("cache_memcg", "on"); /* the janitor gives the excess back */
 	wait_limit(256 * MiB);

@@ -1,0 +1,141 @@
+"""Programs that fit their memory limit run to the end under hpalloc
+(issue 34): containers, Kubernetes pods, systemd units, batch jobs, Dask
+workers all run in a memory cgroup with a limit, and going over it kills
+the whole process -- whichever thread's fault went over.
+
+A worst-case-sized buffer filled in part (a file read into a preallocated
+array, a parser's output buffer): `np.empty(1 << 30, np.uint8)`, its first
+256 MiB written in 2 MiB slices at a reader's pace, in a fresh memory
+cgroup limited to 320 MiB without swap.  NumPy's default allocator runs it
+to the end; before, hpalloc's populate workers faulted up to 64 MiB ahead of
+the program and the OOM killer killed it (exit 137, "hpalloc-ahead invoked
+oom-killer").  Now under every activation -- `hpalloc.numpy.install()`
+(the handler), `hpctl run`, `hpctl run --preload` -- with the default knobs
+(populate=auto) and with populate=2, it exits 0 with no OOM kill in the
+cgroup, and the workers took part (populate_ahead_bytes).
+
+Root; a cgroup version without a memory controller skips, saying so.  The
+cgroups are made and removed by hp_memcg (also on failure)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import python_env
+from hp_memcg import MemCgroup, Unavailable
+from hp_pytest_automake import skip
+
+MiB = 1 << 20
+PREFIX = "hpalloc-limits-"
+BUILDDIR = os.environ.get("abs_top_builddir")
+HPCTL = os.path.join(BUILDDIR, "tools", "hpctl") if BUILDDIR else None
+PRELOAD = os.path.join(BUILDDIR, "lib", ".libs", "libhpalloc-preload.so") if BUILDDIR else None
+
+# ---- the program ----------------------------------------------------------------
+STATS = textwrap.dedent("""
+    import ctypes
+
+    def hp_stats():
+        # the library the activation loaded (same SONAME: dlopen finds it)
+        lib = ctypes.CDLL("libhpalloc.so.1")
+        lib.hp_stat_name.restype = ctypes.c_char_p
+        v = (ctypes.c_uint64 * 64)()
+        if lib.hp_stats_get(v) != 0:
+            raise SystemExit("hp_stats_get failed")
+        names = (lib.hp_stat_name(i) for i in range(64))
+        return {n.decode(): v[i] for i, n in enumerate(names) if n}
+""")
+
+PARTIAL_FILL = STATS + textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    ACTIVATE
+    a = np.empty(1 << 30, np.uint8)          # the worst case's size
+    step = 2 << 20
+    for off in range(0, 256 << 20, step):   # the first 256 MiB, at a reader's pace
+        a[off:off + step] = off >> 21
+        time.sleep(0.005)
+    time.sleep(0.5)                         # the workers' last look
+    for off in range(0, 256 << 20, step):
+        if a[off] != (off >> 21) % 256 or a[off + step - 1] != (off >> 21) % 256:
+            raise SystemExit("the data written is not what reads back at %d" % off)
+    if os.environ.get("HP_PEER") != "1":
+        s = hp_stats()
+        print("populate_ahead_bytes %d MiB, thp_live_bytes %d MiB"
+              % (s["populate_ahead_bytes"] >> 20, s["thp_live_bytes"] >> 20), flush=True)
+        if s["thp_live_bytes"] < 1 << 30:
+            raise SystemExit("the array is not hpalloc's: not activated?")
+        if os.environ.get("HPALLOC_POPULATE") != "off" and s["populate_ahead_bytes"] == 0:
+            raise SystemExit("the populate workers did nothing: the case shows nothing")
+    print("survived", flush=True)
+""")
+PARTIAL_LIMIT = 320 * MiB
+
+INSTALL = "import hpalloc.numpy; hpalloc.numpy.install()"
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def version(request):
+    return request.param
+
+
+def cgroup(version, limit):
+    try:
+        return MemCgroup(PREFIX, limit=limit, version=version)
+    except Unavailable as e:
+        skip(e.capability, str(e))
+
+
+def survives(cg, argv, env):
+    """argv runs to the end in cg: exit 0, "survived", no OOM kill."""
+    kills = cg.oom_kills()
+    proc = subprocess.run(argv, env=env, preexec_fn=cg.join, capture_output=True, text=True,
+                          timeout=300)
+    kills, peak = cg.oom_kills() - kills, cg.peak()
+    command = " ".join("PROGRAM" if "\n" in a else a for a in argv)
+    report = ("%s\n  exit status %d, OOM kills in the cgroup %d, its peak %d MiB\n  stdout: %s\n"
+              "  stderr: %s" % (command, proc.returncode, kills, peak // MiB, proc.stdout.strip(),
+                                proc.stderr.strip()[-2000:]))
+    print(report)
+    assert proc.returncode == 0 and kills == 0 and proc.stdout.strip().endswith("survived"), report
+
+
+ACTIVATIONS = ["install", "hpctl-run", "hpctl-run-preload"]
+
+
+def activated(name, program):
+    """argv and extra environment of one way a user switches hpalloc on:
+    the handler (install()), `hpctl run`, `hpctl run --preload`."""
+    if name == "install":
+        return [sys.executable, "-c", program.replace("ACTIVATE", INSTALL)], {}
+    if not BUILDDIR:
+        pytest.skip("needs the build tree (run through make check)")
+    argv = [sys.executable, "-c", program.replace("ACTIVATE", "")]
+    if name == "hpctl-run":
+        return [HPCTL, "run", "--"] + argv, {}
+    if os.environ.get("SANITIZER_FLAGS"):
+        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
+                    "(make check-preload-valgrind runs the preload tests under memcheck)")
+    return [HPCTL, "run", "--preload", "--"] + argv, {"HPALLOC_PRELOAD_PATH": PRELOAD}
+
+
+# ---- the cases -----------------------------------------------------------------------
+def test_partial_fill_peer(version):
+    """The control: NumPy's default allocator runs the program in the limit
+    (else the limit is wrong for this machine and the cases prove nothing)."""
+    with cgroup(version, PARTIAL_LIMIT) as cg:
+        survives(cg, [sys.executable, "-c", PARTIAL_FILL.replace("ACTIVATE", "")], python_env(HP_PEER="1"))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("populate", [None, "2"], ids=["default-knobs", "populate-2"])
+def test_partial_fill(version, populate, activation):
+    """Every activation runs it to the end, the workers taking part."""
+    argv, env = activated(activation, PARTIAL_FILL)
+    if populate:
+        env["HPALLOC_POPULATE"] = populate
+    with cgroup(version, PARTIAL_LIMIT) as cg:
+        survives(cg, argv, python_env(**env))
