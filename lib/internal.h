@@ -274,6 +274,7 @@ struct hp_block {
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_keep_resident() */
+	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
@@ -480,7 +481,7 @@ HP_HIDDEN bool memcg_watch(void);
 /* hp_free, before a THP block is cached: a fresh look at the usage, in a
  * limited cgroup only (one relaxed load otherwise). */
 HP_HIDDEN void memcg_before_cache(void);
-/* What is free under the binding level's limit (limit - usage), from a
+/* What is free under the binding level's limit (limit - working set), from a
  * reading at most max_age_ms old (read again here if older; files are
  * read: no lock held by the caller); SIZE_MAX without a known limit.  A
  * measure only: populate.c's rule decides what it allows. */
@@ -488,6 +489,11 @@ HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
 /* THP bytes on their way back to the kernel (release_adopt): free under
  * the limit from now on, as far as the bound is concerned. */
 HP_HIDDEN void memcg_releasing(size_t bytes);
+/* Pages of this process given MADV_FREE (heap.c offer_to_kernel), until
+ * unmapped (release.c): they sit on the kernel's inactive file list, which
+ * memcg.c's working set must not count them in as page cache. */
+HP_HIDDEN void memcg_lazy_add(size_t bytes);
+HP_HIDDEN void memcg_lazy_sub(size_t bytes);
 /* A fresh THP mapping of size is about to be charged, in a limited cgroup:
  * what should make room for it first (heap.c make_room), MEMCG_* bits. */
 enum {

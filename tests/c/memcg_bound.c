@@ -17,7 +17,10 @@
  *     the free memory it holds first: glibc keeps what is freed below a
  *     chunk still in use, charged and (no swap) not the kernel's to take;
  *     before, the process was OOM-killed where glibc alone would have
- *     served the block from that hole.
+ *     served the block from that hole;
+ *   - page cache counts as free (the working set: usage less inactive file
+ *     pages): a cgroup near its limit after reading a file keeps its
+ *     cache, where the usage alone gave every freed block back.
  * Root, and a memory controller (capability memcg); the cgroup is removed
  * at exit (the process moved back first), and one a killed run left is
  * removed by the next. */
@@ -27,6 +30,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -193,6 +199,67 @@ static void test_fresh_mapping_gives_back(void **state)
 	leave();
 }
 
+/* A file of len bytes read into the page cache in this process's cgroup
+ * (its pages charged to it, on the inactive list: read once); false if
+ * the directory is no disk's (tmpfs: shared memory, not page cache). */
+static bool read_into_page_cache(const char *path, size_t len)
+{
+	static char buf[MiB];
+	struct statfs fs;
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	if (fstatfs(fd, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
+		close(fd);
+		unlink(path);
+		return false;
+	}
+	memset(buf, 0x5a, sizeof(buf));
+	for (size_t off = 0; off < len; off += sizeof(buf))
+		assert_int_equal(write(fd, buf, sizeof(buf)), sizeof(buf));
+	assert_int_equal(fsync(fd), 0);
+	/* dropped, then read as a worker reads its parquet file */
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	for (size_t off = 0; off < len; off += sizeof(buf))
+		assert_int_equal(read(fd, buf, sizeof(buf)), sizeof(buf));
+	close(fd);
+	return true;
+}
+
+/* A cgroup at its limit with page cache keeps the cache working: the
+ * kernel drops that first, so it counts as free (memcg.c's working set).
+ * Before, the usage counted it and the freed blocks were given back. */
+static void test_page_cache_is_free(void **state)
+{
+	(void)state;
+	void *b[NBLOCKS];
+	const size_t limit = GiB, file = 768 * MiB;
+	char path[600];
+	knobs();
+	enter(limit);
+	snprintf(path, sizeof(path), "%s/page-cache", getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/var/tmp");
+	if (!read_into_page_cache(path, file))
+		harness_skip("%s is on tmpfs: its pages are shared memory, not page cache", path);
+	size_t with_cache = usage();
+	make_blocks(b, NBLOCKS);
+	size_t peak_use = usage();
+	free_all(b, NBLOCKS);
+	harness_sleep_ms(300); /* janitor rounds: the bound applied as it reads it */
+	size_t cached = cached_of(b, NBLOCKS), use = usage();
+	size_t inactive = tmemcg_key("memory.stat", tmemcg.version == 1 ? "total_inactive_file" : "inactive_file");
+	print_message("limit %zu MiB, a %zu MiB file read (usage %zu MiB), %d blocks of %zu MiB (usage %zu "
+		      "MiB) freed: %zu MiB still mapped; usage %zu MiB of which inactive file %zu MiB; the rule "
+		      "with the usage alone allows %zu MiB; memcg_cache_bound %llu MiB\n", limit >> 20,
+		      file >> 20, with_cache >> 20, NBLOCKS, BLOCK >> 20, peak_use >> 20, cached >> 20,
+		      use >> 20, inactive >> 20, rule(limit, use, cached, 0) >> 20,
+		      (unsigned long long)harness_stat(HP_STAT_MEMCG_CACHE_BOUND) >> 20);
+	unlink(path);
+	assert_true(with_cache >= file / 2); /* the page cache was the cgroup's */
+	assert_int_equal(cached, NBLOCKS * BLOCK); /* all kept: the page cache is free */
+	assert_true(cached > rule(limit, use, cached, 0));
+	leave();
+}
+
 /* The child of test_libc_hole_given_back, in the cgroup: a hole of HOLE
  * bytes in glibc's heap below a live chunk, the limit lowered so that what
  * is free under it is less than a fresh block of BIG bytes, then that block
@@ -276,6 +343,7 @@ int main(int argc, char **argv)
 		HTEST(test_bound_engages),
 		HTEST(test_limit_followed),
 		HTEST(test_fresh_mapping_gives_back),
+		HTEST(test_page_cache_is_free),
 		HTEST(test_libc_hole_given_back),
 	};
 
