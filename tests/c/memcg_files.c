@@ -397,6 +397,55 @@ static void test_v1_working_set(void **state)
 	nothing_lost(NULL, 0);
 }
 
+/* v2 lets the usage go over memory.high (the cgroup is throttled, not
+ * killed): nothing is free then, and there is no room for the cache or
+ * the populate workers -- exactly when the cgroup is over, not a bound
+ * wrapped round to no bound (before, the free path's reading was not
+ * clamped, and nothing noticed).  Each block freed after a reading of the
+ * free path's own is gone from /proc/self/maps at once; a fresh block
+ * filled at a reader's pace has no more resident (smaps) than was
+ * written. */
+static void test_usage_over_limit(void **state)
+{
+	(void)state;
+	knobs();
+	run("rm -rf '%s/proc' '%s/sys'", root, root);
+	put("proc/self/cgroup", "0::/job");
+	put("proc/self/mountinfo", "31 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw");
+	put(V2_DIR "/job/memory.max", "max");
+	put(V2_DIR "/job/memory.high", "%zu", 200 * MiB); /* a limit no other case stages */
+	put(V2_DIR "/job/memory.current", "%zu", 300 * MiB);
+	wait_limit(200 * MiB);
+	void *b[NBLOCKS];
+	make_blocks(b, 0);
+	size_t kept = 0;
+	for (int i = 0; i < NBLOCKS; i++) {
+		harness_sleep_ms(10); /* older than the free path's MEMCG_FRESH_MS: it reads */
+		hp_free(b[i]);
+		hp_release_drain();
+		kept += harness_mapped(b[i], BLOCK);
+	}
+	print_message("memory.current 300 MiB over memory.high 200 MiB: %zu of %d MiB freed still "
+		      "mapped right after their free\n", kept >> 20, (int)(NBLOCKS * BLOCK >> 20));
+	assert_int_equal(kept, 0);
+
+	harness_knob("populate", "2");
+	const size_t size = 256 * MiB, filled = 24 * MiB;
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	char *p = hp_malloc(size);
+	assert_non_null(p);
+	harness_fill_slowly(p, filled, 3, 2);
+	harness_sleep_ms(300);
+	struct harness_smaps sm;
+	assert_int_equal(harness_smaps_range(p, size, &sm), 0);
+	print_message("a fresh block filled %zu MiB at a reader's pace: Rss %zu MiB, populated ahead %llu MiB\n",
+		      filled >> 20, sm.rss >> 20,
+		      (unsigned long long)(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) - ahead) >> 20);
+	assert_int_equal(sm.rss, filled);
+	hp_free(p);
+	nothing_lost(NULL, 0);
+}
+
 /* ---- followed at run time ------------------------------------------------------------ */
 
 static void test_limit_changed(void **state)
@@ -655,6 +704,7 @@ int main(int argc, char **argv)
 		HTEST(test_v2_working_set),
 		HTEST(test_working_set_unreadable),
 		HTEST(test_v1_working_set),
+		HTEST(test_usage_over_limit),
 		HTEST(test_limit_changed),
 		HTEST(test_knob_off),
 		HTEST(test_garbage),
