@@ -559,6 +559,11 @@ HP_HIDDEN bool ring_collecting(void);      /* a gone ring still holds some */
  * (/proc/self/statm: hugetlb pages are not in it); 0 if unreadable. */
 HP_HIDDEN size_t hp_self_rss(void);
 
+/* ---- thp.c: what the kernel does to huge pages (thp.c's first comment) ---------- */
+/* The janitor's: /proc/vmstat's split counters since its last look, added
+ * to thp_splits_seen (thp_underused_splits_seen) while holding THP blocks. */
+HP_HIDDEN void thp_watch_splits(bool holding);
+
 /* ---- janitor.c ------------------------------------------------------------------ */
 /* There is work (a huge block was mapped): start the janitor, once per
  * process and fork generation; a no-op after the first call. */

@@ -397,6 +397,39 @@ int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), voi
 	return each_line(path, fn, arg);
 }
 
+struct vmstat_want {
+	const char *const *keys;
+	unsigned long long *out;
+	int n, found;
+};
+
+static int vmstat_line(char *line, void *arg)
+{
+	struct vmstat_want *w = arg;
+	char *space = strchr(line, ' ');
+	if (!space)
+		return 0;
+	*space = '\0';
+	for (int i = 0; i < w->n; i++)
+		if (strcmp(line, w->keys[i]) == 0) {
+			char *end;
+			unsigned long long v = strtoull(space + 1, &end, 10);
+			if (end != space + 1 && *end == '\0') {
+				w->out[i] = v;
+				w->found++;
+			}
+		}
+	return w->found == w->n;
+}
+
+int prim_vmstat(const char *const *keys, unsigned long long *out, int n)
+{
+	struct vmstat_want w = {.keys = keys, .out = out, .n = n};
+	if (each_line("/proc/vmstat", vmstat_line, &w) < 0)
+		return -1;
+	return w.found;
+}
+
 int prim_memcg_lines(const char *dir, const char *file, int (*fn)(char *line, void *arg), void *arg)
 {
 	char path[PRIM_MEMCG_PATH_MAX + 64];

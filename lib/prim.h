@@ -77,6 +77,10 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
 
+/* /proc/vmstat: the values of the n counters named keys into out (those not
+ * found left as they were): how many were found, -1 if unreadable. */
+HP_HIDDEN int prim_vmstat(const char *const *keys, unsigned long long *out, int n);
+
 /* ---- the memory cgroup (memcg.c decides what the files mean) ---------------------- */
 /* The longest cgroup directory path (mount point and cgroup path) read:
  * paths are copied onto the stack of the free path. */

@@ -94,6 +94,11 @@ size_t tmemcg_oom_kills(void)
 	return tmemcg_key(tmemcg.version == 1 ? "memory.oom_control" : "memory.events", "oom_kill");
 }
 
+bool tmemcg_try_limit(size_t limit)
+{
+	return write_text(tmemcg.dir, tmemcg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit);
+}
+
 void tmemcg_set_limit(size_t limit)
 {
 	if (!write_text(tmemcg.dir, tmemcg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit))

@@ -38,6 +38,9 @@ int tmemcg_spawn(int (*fn)(void *), void *arg);
 void tmemcg_remove(void);
 
 void tmemcg_set_limit(size_t limit);
+/* The same without failing the case (a limit below what the kernel can
+ * reclaim is refused: EBUSY); fork children call it.  Whether it took. */
+bool tmemcg_try_limit(size_t limit);
 size_t tmemcg_usage(void);
 size_t tmemcg_peak(void);        /* v1 max_usage_in_bytes, v2 memory.peak (0 unknown) */
 size_t tmemcg_limit_hits(void);  /* v1 memory.failcnt, v2 memory.events "max" */
