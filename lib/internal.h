@@ -463,6 +463,10 @@ HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
  * a private block (private_block) needs room for its own copy too (policy.c
  * says why; tests/c/numa_pools asks it on staged pools). */
 HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
+/* At fork: a pool that cannot give fork's copies of this process's private
+ * hugetlb pages (policy.c says why): its page size, the pages held, the
+ * room there is. */
+HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
 /* ---- memcg.c: the memory cgroup's headroom (its first comment) --------------------
  * The rule, named once: in a memory cgroup with a limit, cached THP bytes
  * stay within MEMCG_CACHE_SHARE_PCT percent of the headroom -- limit -
