@@ -14,6 +14,20 @@ oom-killer").  Now under every activation -- `hpalloc.numpy.install()`
 (populate=auto) and with populate=2, it exits 0 with no OOM kill in the
 cgroup, and the workers took part (populate_ahead_bytes).
 
+Every place that faults or keeps memory on the program's behalf gets such
+a case, each a program that then fills its cgroup with libc's memory (256
+KiB arrays, below the threshold) up to near its limit: the limit is NumPy
+default's peak for the same program plus MARGIN (measured first, in a
+cgroup of its own), and NumPy's default runs it there (the control):
+  - the cache: two 64 MiB arrays freed (cached), then the fill (the cache
+    must give them back, or the kernel take them: MADV_FREE);
+  - the resident cache: an 8 MiB array made and freed 20 times (glibc
+    learns to keep such sizes; so hpalloc keeps them resident, not offered
+    to the kernel), then the fill;
+  - pieces: arrays of 48, 80 and 112 MiB freed, then cut (24 MiB ones) and
+    joined (a 200 MiB one) from the cache, freed, then the fill;
+  - populate: the partial fill above.
+
 Root; a cgroup version without a memory controller skips, saying so.  The
 cgroups are made and removed by hp_memcg (also on failure)."""
 
@@ -76,6 +90,40 @@ PARTIAL_LIMIT = 320 * MiB
 
 INSTALL = "import hpalloc.numpy; hpalloc.numpy.install()"
 
+# ---- the cache, the resident cache, pieces: then a fill to near the limit ------------
+FILL_AFTER = STATS + textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    ACTIVATE
+    MiB = 1 << 20
+    what = os.environ["HP_CASE"]
+    if what == "cache":
+        held = [np.ones(64 * MiB // 8) for _ in range(2)]
+        del held
+    elif what == "resident-cache":
+        for _ in range(20):
+            a = np.ones(8 * MiB // 8); del a
+    elif what == "pieces":
+        big = [np.ones(n * MiB // 8) for n in (48, 80, 112)]
+        del big
+        cut = [np.ones(24 * MiB // 8) for _ in range(8)]
+        del cut
+        joined = np.ones(200 * MiB // 8); del joined
+    if os.environ.get("HP_PEER") != "1":
+        s = hp_stats()
+        print("after the %s phase: cached_bytes %d MiB (%d MiB of them offered to the kernel), "
+              "cache hits %d, cuts %d, joins %d"
+              % (what, s["cached_bytes"] >> 20, s["cached_reclaimable_bytes"] >> 20, s["cache_hits"],
+                 s["cache_cuts"], s["cache_joins"]), flush=True)
+        if s["cache_hits"] + s["cached_bytes"] + s["memcg_released_bytes"] == 0:
+            raise SystemExit("hpalloc kept nothing and served nothing from its cache: not activated?")
+    fill = [np.ones(256 * 1024 // 8) for _ in range(FILL_MIB * 4)]   # libc's, below the threshold
+    print("survived", flush=True)
+""")
+FILL_MIB = 384
+MARGIN = 32 * MiB
+PEAKS = {}  # (version, case) -> NumPy default's peak
+
 
 @pytest.fixture(params=[1, 2], ids=["v1", "v2"])
 def version(request):
@@ -87,6 +135,19 @@ def cgroup(version, limit):
         return MemCgroup(PREFIX, limit=limit, version=version)
     except Unavailable as e:
         skip(e.capability, str(e))
+
+
+def peer_peak(version, case):
+    """NumPy default's peak running FILL_AFTER's case, in a cgroup with room."""
+    if (version, case) not in PEAKS:
+        with cgroup(version, 2 << 30) as cg:
+            survives(cg, [sys.executable, "-c", fill_after("")], python_env(HP_PEER="1", HP_CASE=case))
+            PEAKS[(version, case)] = cg.peak()
+    return PEAKS[(version, case)]
+
+
+def fill_after(activate):
+    return FILL_AFTER.replace("ACTIVATE", activate).replace("FILL_MIB", str(FILL_MIB))
 
 
 def survives(cg, argv, env):
@@ -128,6 +189,30 @@ def test_partial_fill_peer(version):
     (else the limit is wrong for this machine and the cases prove nothing)."""
     with cgroup(version, PARTIAL_LIMIT) as cg:
         survives(cg, [sys.executable, "-c", PARTIAL_FILL.replace("ACTIVATE", "")], python_env(HP_PEER="1"))
+
+
+CASES = ["cache", "resident-cache", "pieces"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fill_after_peer(version, case):
+    """The control: NumPy's default at its own peak plus MARGIN."""
+    limit = peer_peak(version, case) + MARGIN
+    with cgroup(version, limit) as cg:
+        survives(cg, [sys.executable, "-c", fill_after("")], python_env(HP_PEER="1", HP_CASE=case))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("case", CASES)
+def test_fill_after(version, case, activation):
+    """hpalloc where NumPy's default fits: the cache, the resident cache and
+    pieces give back what the program needs, or the kernel takes it."""
+    limit = peer_peak(version, case) + MARGIN
+    argv, env = activated(activation, FILL_AFTER.replace("FILL_MIB", str(FILL_MIB)))
+    print("-- %s, %s: limit %d MiB (NumPy default's peak + %d MiB)" % (case, activation, limit // MiB,
+                                                                       MARGIN // MiB))
+    with cgroup(version, limit) as cg:
+        survives(cg, argv, python_env(HP_CASE=case, **env))
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
