@@ -28,6 +28,16 @@ cgroup of its own), and NumPy's default runs it there (the control):
     joined (a 200 MiB one) from the cache, freed, then the fill;
   - populate: the partial fill above.
 
+And a Dask worker under memory_limit, as in a pod: a LocalCluster (the
+scheduler, the nanny, one worker process) started in a memory cgroup whose
+limit is also the worker's memory_limit (dask-kubernetes sets it so), four
+tasks each filling the first 256 MiB of a 1 GiB buffer at a reader's pace.
+The limit is NumPy default's peak for it plus DASK_MARGIN; every
+activation -- the plugin (the handler, and cache_rss_max from the limit),
+`hpctl run`, `hpctl run --preload` -- runs every task to the end in one
+worker process (no OOM kill, no restart by the nanny), as NumPy's default
+does there.
+
 Root; a cgroup version without a memory controller skips, saying so.  The
 cgroups are made and removed by hp_memcg (also on failure)."""
 
@@ -213,6 +223,89 @@ def test_fill_after(version, case, activation):
                                                                        MARGIN // MiB))
     with cgroup(version, limit) as cg:
         survives(cg, argv, python_env(HP_CASE=case, **env))
+
+
+# ---- a Dask worker under memory_limit ---------------------------------------------------
+DASK_DRIVER = textwrap.dedent("""
+    import os, sys, time
+    from distributed import Client, LocalCluster
+
+    def task(i):
+        import numpy as np
+        a = np.empty(1 << 30, np.uint8)          # a worst case's buffer...
+        step = 2 << 20
+        for off in range(0, 256 << 20, step):   # ...filled in part, at a reader's pace
+            a[off:off + step] = i + 1
+            time.sleep(0.005)
+        if a[:256 << 20:1 << 20].min() != i + 1:
+            raise ValueError("what was written does not read back")
+        import hpalloc  # noqa: F401 (present in every activation's environment)
+        return os.getpid()
+
+    if __name__ == "__main__":
+        limit = int(os.environ["HP_LIMIT"])
+        with LocalCluster(processes=True, n_workers=1, threads_per_worker=1, memory_limit=limit,
+                          dashboard_address=None, silence_logs=50) as cluster, \
+                Client(cluster, timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            if os.environ.get("HP_ACT") == "plugin":
+                import hpalloc.dask
+                hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin())
+            pids = [client.submit(task, i, pure=False).result(timeout=120) for i in range(4)]
+            if os.environ.get("HP_PEER") != "1":
+                def on_hpalloc():
+                    import hpalloc
+                    s = hpalloc.stats()
+                    return s["cache_hits"] + s["cache_misses"], s["populate_ahead_bytes"]
+                (used, ahead), = client.run(on_hpalloc).values()
+                print("the worker: populate_ahead_bytes %d MiB" % (ahead >> 20), flush=True)
+                if not used:
+                    raise SystemExit("the worker never used hpalloc: not activated?")
+            print("worker pids %s" % sorted(set(pids)), flush=True)
+            if len(set(pids)) != 1:
+                raise SystemExit("the worker was restarted (killed) between tasks")
+        print("survived", flush=True)
+""")
+DASK_MARGIN = 32 * MiB
+DASK_PEAK = {}  # version -> NumPy default's peak
+
+
+def dask_peak(version):
+    if version not in DASK_PEAK:
+        with cgroup(version, 4 << 30) as cg:
+            survives(cg, [sys.executable, "-c", DASK_DRIVER],
+                     python_env(HP_PEER="1", HP_LIMIT=str(4 << 30)))
+            DASK_PEAK[version] = cg.peak()
+    return DASK_PEAK[version]
+
+
+def dask_needed():
+    try:
+        import distributed  # noqa: F401
+    except ImportError as e:
+        skip("distributed", "distributed is not installed (python3-distributed): %s" % e)
+
+
+def test_dask_peer(version):
+    """The control: NumPy's default runs it at its own peak plus DASK_MARGIN."""
+    dask_needed()
+    limit = dask_peak(version) + DASK_MARGIN
+    with cgroup(version, limit) as cg:
+        survives(cg, [sys.executable, "-c", DASK_DRIVER], python_env(HP_PEER="1", HP_LIMIT=str(limit)))
+
+
+@pytest.mark.parametrize("activation", ["plugin", "hpctl-run", "hpctl-run-preload"])
+def test_dask_worker(version, activation):
+    dask_needed()
+    limit = dask_peak(version) + DASK_MARGIN
+    if activation == "plugin":
+        argv, env = [sys.executable, "-c", DASK_DRIVER], {"HP_ACT": "plugin"}
+    else:
+        argv, env = activated(activation, DASK_DRIVER.replace("ACTIVATE", ""))
+    print("-- %s: limit and memory_limit %d MiB (NumPy default's peak + %d MiB)"
+          % (activation, limit // MiB, DASK_MARGIN // MiB))
+    with cgroup(version, limit) as cg:
+        survives(cg, argv, python_env(HP_LIMIT=str(limit), **env))
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
