@@ -27,10 +27,13 @@
  *   prim.c     the only place that talks to the kernel about memory: every
  *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
- *              sizes serve hpalloc's madvised mappings
+ *              sizes serve hpalloc's madvised mappings; the splits the
+ *              kernel made while we held THP blocks (/proc/vmstat)
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
- *   memcg.c    the process's memory cgroup: which one, its limit, and the
- *              share of its headroom the cache may keep (cache.c applies it)
+ *   memcg.c    the process's memory cgroup: which one, its limit, its
+ *              working set (usage less inactive page cache), and the share
+ *              of its headroom the cache may keep (cache.c applies it);
+ *              what is free under it (populate.c's workers bound by it)
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
  *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
