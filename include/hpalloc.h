@@ -230,6 +230,11 @@ enum hp_stat {
 	HP_STAT_LIBC_TRIMS,         /* times libc gave back the free memory it held
 				       (malloc_trim) before a fresh block that did
 				       not fit under that limit */
+	HP_STAT_THP_SPLITS_SEEN,    /* huge pages the kernel split, machine-wide
+				       (/proc/vmstat thp_split_page), while this
+				       process held THP blocks */
+	HP_STAT_THP_UNDERUSED_SPLITS_SEEN, /* of those, split as under-used (pages
+				       of zeros: thp_underused_split_page, 6.12+) */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

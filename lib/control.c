@@ -1,7 +1,8 @@
 /* Control directory: where it is, and live reload of its knob files.
  *
  * The control directory ($HPALLOC_CONTROL_DIR, else /run/hpalloc for root,
- * else $XDG_RUNTIME_DIR/hpalloc) holds one file per knob, named like the
+ * else $XDG_RUNTIME_DIR/hpalloc, else -- a batch job, `su -`, no session --
+ * /tmp/hpalloc-<euid>) holds one file per knob, named like the
  * knob, whose body is what hp_knob_render() prints.  Values found there form
  * the HP_SOURCE_CONTROL layer.  <dir>/proc/<pid>/override/<knob> files,
  * written by `hpctl -p PID set`, form this process's HP_SOURCE_PROCESS layer.
@@ -22,7 +23,12 @@
  * Nobody has to create the directory: a default one that is missing is
  * made by the first process that publishes itself (publish.c), or by hpctl
  * set, through securedir_make(), only below a parent no other user can
- * write to, so no other user can have made it first or own it.
+ * write to, so no other user can have made it first or own it -- or, for
+ * /tmp/hpalloc-<euid>, in a sticky /tmp (nobody else can remove or replace
+ * it), mode 0700, and refused if someone else made it first (a planted
+ * one is said, never used: securedir.c).  The library, publish.c and hpctl
+ * all find it through control_dir_choose(), so a user's hpctl finds that
+ * user's processes in every session.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -105,8 +111,9 @@ int control_dir_choose(char *buf, size_t len, int *kind)
 		*kind = CONTROL_DIR_USER;
 		n = snprintf(buf, len, "%s/hpalloc", env);
 	} else {
-		errno = ENOENT;
-		return -1;
+		/* a batch job, `su -`: no session, no XDG_RUNTIME_DIR */
+		*kind = CONTROL_DIR_TMP;
+		n = snprintf(buf, len, "%s/hpalloc-%u", HP_CONTROL_DIR_TMP_PARENT, (unsigned)geteuid());
 	}
 	if (n < 0 || (size_t)n >= len) {
 		errno = ENAMETOOLONG;
@@ -336,8 +343,7 @@ static void control_poll_locked(bool force)
 			hp_log(1, "no control directory (%s): environment and "
 			       "defaults only, and this process publishes nothing "
 			       "(hpctl stats cannot see it)", hp_secure_exec() ?
-			       "secure execution" : "not root, and neither "
-			       "HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set");
+			       "secure execution" : strerror(errno));
 	}
 	if (!ctl.enabled)
 		return;

@@ -80,6 +80,10 @@ static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_m
 void offer_to_kernel(struct hp_block *b)
 {
 	b->reclaimable = cache_keep_resident(b) ? 0 : os_lazyfree(&b->map);
+	if (b->reclaimable > b->lazy) { /* its pages now sit where page cache does (memcg.c) */
+		memcg_lazy_add(b->reclaimable - b->lazy);
+		b->lazy = b->reclaimable;
+	}
 }
 
 /* cache_rss_max, and a memory cgroup's limit (memcg.c): a fresh mapping

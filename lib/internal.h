@@ -27,10 +27,13 @@
  *   prim.c     the only place that talks to the kernel about memory: every
  *              memory system call, every hugetlb/THP sysfs read (prim.h)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
- *              sizes serve hpalloc's madvised mappings
+ *              sizes serve hpalloc's madvised mappings; the splits the
+ *              kernel made while we held THP blocks (/proc/vmstat)
  *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
- *   memcg.c    the process's memory cgroup: which one, its limit, and the
- *              share of its headroom the cache may keep (cache.c applies it)
+ *   memcg.c    the process's memory cgroup: which one, its limit, its
+ *              working set (usage less inactive page cache), and the share
+ *              of its headroom the cache may keep (cache.c applies it);
+ *              what is free under it (populate.c's workers bound by it)
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
  *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
@@ -287,6 +290,7 @@ struct hp_block {
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_keep_resident() */
+	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
 	struct hp_block *hnext;   /* registry hash chain               */
@@ -475,6 +479,10 @@ HP_HIDDEN struct hp_plan policy_shared_plan(size_t size, size_t pagesize);
  * a private block (private_block) needs room for its own copy too (policy.c
  * says why; tests/c/numa_pools asks it on staged pools). */
 HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_block);
+/* At fork: a pool that cannot give fork's copies of this process's private
+ * hugetlb pages (policy.c says why): its page size, the pages held, the
+ * room there is. */
+HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
 /* ---- memcg.c: the memory cgroup's headroom (its first comment) --------------------
  * The rule, named once: in a memory cgroup with a limit, cached THP bytes
  * stay within MEMCG_CACHE_SHARE_PCT percent of the headroom -- limit -
@@ -493,9 +501,19 @@ HP_HIDDEN bool memcg_watch(void);
 /* hp_free, before a THP block is cached: a fresh look at the usage, in a
  * limited cgroup only (one relaxed load otherwise). */
 HP_HIDDEN void memcg_before_cache(void);
+/* What is free under the binding level's limit (limit - working set), from a
+ * reading at most max_age_ms old (read again here if older; files are
+ * read: no lock held by the caller); SIZE_MAX without a known limit.  A
+ * measure only: populate.c's rule decides what it allows. */
+HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
 /* THP bytes on their way back to the kernel (release_adopt): free under
  * the limit from now on, as far as the bound is concerned. */
 HP_HIDDEN void memcg_releasing(size_t bytes);
+/* Pages of this process given MADV_FREE (heap.c offer_to_kernel), until
+ * unmapped (release.c): they sit on the kernel's inactive file list, which
+ * memcg.c's working set must not count them in as page cache. */
+HP_HIDDEN void memcg_lazy_add(size_t bytes);
+HP_HIDDEN void memcg_lazy_sub(size_t bytes);
 /* A fresh THP mapping of size is about to be charged, in a limited cgroup:
  * what should make room for it first (heap.c make_room), MEMCG_* bits. */
 enum {
@@ -560,6 +578,11 @@ HP_HIDDEN bool ring_collecting(void);      /* a gone ring still holds some */
 /* The process's resident memory as ps, psutil and Dask count it
  * (/proc/self/statm: hugetlb pages are not in it); 0 if unreadable. */
 HP_HIDDEN size_t hp_self_rss(void);
+
+/* ---- thp.c: what the kernel does to huge pages (thp.c's first comment) ---------- */
+/* The janitor's: /proc/vmstat's split counters since its last look, added
+ * to thp_splits_seen (thp_underused_splits_seen) while holding THP blocks. */
+HP_HIDDEN void thp_watch_splits(bool holding);
 
 /* ---- janitor.c ------------------------------------------------------------------ */
 /* There is work (a huge block was mapped): start the janitor, once per

@@ -164,6 +164,8 @@ static void *janitor_main(void *arg)
 		bool watch = memcg_watch(); /* before heap_expire, which applies it */
 		heap_expire(&deadline);
 		watch |= yield_over_rss();
+		thp_watch_splits(atomic_load_explicit(&hp_counters[HP_STAT_THP_LIVE_BYTES], memory_order_relaxed) ||
+				 atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed));
 		publish_update();
 		release_pump();
 		uint64_t wait = next_wait_ms(deadline, watch);

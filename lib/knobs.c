@@ -118,7 +118,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
 	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",
-		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - usage + cached), given back oldest first as it shrinks; off: only cache_max bounds the cache",
+		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - working set + cached; the working set: usage less inactive page cache), given back oldest first as it shrinks; off: only cache_max bounds the cache",
 		"one of: on off", "on off", "on",
 		0, 1, parse_choice, format_choice},
 	[KNOB_GUARD] = {"guard", "choice",

@@ -9,8 +9,10 @@
  * first huge block gives it a janitor and an io_uring of its own. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/auxv.h>
 #include <time.h>
 #ifdef HAVE_CONFIG_H
@@ -53,8 +55,43 @@ static void (*const fork_hooks[])(int) = {
 };
 #define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
 
+/* Private hugetlb blocks larger than what their pool can still give a
+ * fork's copies (policy_fork_short): the child dies of SIGBUS at its next
+ * touch once either side writes.  Said once per process on stderr, at
+ * every verbosity: hpalloc cannot prevent it, the user can.  One relaxed
+ * load while the process has no hugetlb block; no lock (the pools' sysfs
+ * files through prim.c); write(2), not stdio, is all a fork from any
+ * context may do. */
+static void warn_fork_copies(void)
+{
+	static _Atomic bool warned;
+	size_t pagesize, pages;
+	long room;
+
+	if (!atomic_load_explicit(&hp_counters[HP_STAT_HUGETLB_LIVE_BYTES], memory_order_relaxed) ||
+	    atomic_load_explicit(&warned, memory_order_relaxed) || !policy_fork_short(&pagesize, &pages, &room) ||
+	    atomic_exchange(&warned, true))
+		return;
+	char line[400];
+	int n = snprintf(line, sizeof(line),
+			 "hpalloc[%d]: fork with %zu MiB of private hugetlb blocks (%zu pages of %zu kB) and "
+			 "room for %ld pages in their pool: once either process writes them, the child can "
+			 "die of SIGBUS (no pool page for the copy).  mode=auto keeps room for fork's copies "
+			 "(HPALLOC_MODE=auto, or hpctl set mode=auto); or raise vm.nr_overcommit_hugepages.\n",
+			 (int)getpid(), pages * pagesize >> 20, pages, pagesize >> 10, room);
+	if (n > 0) {
+		HP_NOCANCEL_BEGIN; /* fork is no cancellation point, write(2) is */
+		ssize_t ignored = write(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		(void)ignored;
+		HP_NOCANCEL_END;
+	}
+}
+
 static void prepare_fork(void)
 {
+	HP_ERRNO_SAVE; /* fork keeps errno as it found it until it fails */
+	warn_fork_copies();
+	HP_ERRNO_RESTORE;
 	for (size_t i = 0; i < NHOOKS; i++)
 		fork_hooks[i](FORK_PREPARE);
 }

@@ -13,7 +13,7 @@
  * limit the cache keeps at most a share of the headroom, what would be
  * free under the limit if the cache were empty:
  *
- *     cached THP bytes <= MEMCG_CACHE_SHARE_PCT % of (limit - usage + cached THP bytes)
+ *     cached THP bytes <= MEMCG_CACHE_SHARE_PCT % of (limit - working set + cached THP bytes)
  *
  * At 50 % that is: the cache never holds more than is still free, so the
  * program can grow by as much as the cache holds before the kernel has
@@ -28,8 +28,9 @@
  * its own cgroup as the root).  Every level from the process's cgroup up
  * to the mount has a limit (v1 memory.limit_in_bytes; v2 the lower of
  * memory.max and memory.high, above which v2 throttles; "max" or 2^62 and
- * more: none) and a usage (memory.usage_in_bytes, memory.current); the
- * level with the least free under its limit binds (a pod's limit above a
+ * more: none) and a usage (memory.usage_in_bytes, memory.current), of which
+ * the working set counts (below: page cache is free); the level with the
+ * least free under its limit binds (a pod's limit above a
  * container's, a systemd slice above its services).
  *
  * Who reads what, when:
@@ -44,6 +45,12 @@
  *     ~3 us here), unless a reading younger than MEMCG_FRESH_MS serves.  A
  *     fresh mapping that does not fit in what is free has libc give back
  *     its free memory first (small.c small_libc_give_back).
+ *   - the populate workers, while they fault a block in: what is free
+ *     (memcg_headroom), from a reading at most a millisecond old -- their
+ *     faults get no ENOMEM at the limit, the OOM killer kills the process
+ *     (populate.c's rule keeps them within a share of it).
+ * The cache_memcg knob switches the cache's bound off, not this file: the
+ * cgroup and its limit are followed whatever it says (memcg_limit_bytes).
  * Between two readings, what the cache hands to release.c counts as free
  * already (memcg_releasing): else each block given back would shrink the
  * headroom as the next evaluation sees it -- the cached bytes less, the
@@ -79,7 +86,7 @@ static char bind_dir[PRIM_MEMCG_PATH_MAX]; /* under memcg_lock */
 static int bind_version;                   /* under memcg_lock */
 static _Atomic bool limited;               /* a binding level is known */
 static _Atomic size_t bind_limit;
-static _Atomic size_t free_now = SIZE_MAX;  /* limit - usage at the last reading; SIZE_MAX: no bound */
+static _Atomic size_t free_now = SIZE_MAX;  /* limit - working set at the last reading; SIZE_MAX: no bound */
 static _Atomic uint64_t read_at_ms;
 
 static bool bound_on(void)
@@ -90,7 +97,11 @@ static bool bound_on(void)
 size_t memcg_cache_bound(size_t charged)
 {
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
-	if (free == SIZE_MAX || !bound_on())
+	if (!bound_on()) {
+		atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
+		return SIZE_MAX;
+	}
+	if (free == SIZE_MAX)
 		return SIZE_MAX;
 	size_t headroom = free > SIZE_MAX - charged ? SIZE_MAX : free + charged;
 	size_t bound = headroom / 100 * MEMCG_CACHE_SHARE_PCT;
@@ -157,6 +168,82 @@ static bool level_usage(int version, const char *dir, size_t *out)
 	char buf[64];
 	const char *file = version == V1 ? "memory.usage_in_bytes" : "memory.current";
 	return prim_memcg_read(dir, file, buf, sizeof(buf)) == 0 && parse_bytes(buf, out);
+}
+
+/* ---- the working set ---------------------------------------------------------------
+ * The usage counts the file page cache, which the kernel drops at will and
+ * before it reclaims anything of the program's: a worker that read a
+ * parquet or CSV file sits at its limit with it, and the headroom would be
+ * nothing.  So memory is counted as the kernel's and kubelet's working set
+ * is: the usage less the inactive file pages (memory.stat: v1
+ * total_inactive_file, v2 inactive_file, both counting the levels below).
+ * Two corrections, each on the safe side:
+ *   - pages given MADV_FREE sit on that list too, and stay there once
+ *     written again (a cached block reused: measured on 6.18), though the
+ *     kernel cannot drop those: this process's own (memcg_lazy_add, what
+ *     heap.c offered and release.c has not unmapped yet) are taken off it;
+ *   - what is left is at most the page cache there is (v1 total_cache, v2
+ *     file), which another allocator's lazy pages are not part of.
+ * A memory.stat that cannot be read, or lacks a key, counts nothing off:
+ * the usage, as before. */
+static _Atomic size_t lazy_bytes; /* this process's pages given MADV_FREE, still mapped */
+
+void memcg_lazy_add(size_t bytes)
+{
+	atomic_fetch_add_explicit(&lazy_bytes, bytes, memory_order_relaxed);
+}
+
+void memcg_lazy_sub(size_t bytes)
+{
+	size_t was = atomic_load_explicit(&lazy_bytes, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&lazy_bytes, &was, was > bytes ? was - bytes : 0,
+						      memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+struct stat_keys {
+	const char *inactive_key, *file_key;
+	size_t inactive, file;
+	int found; /* bit 0: inactive, bit 1: file */
+};
+
+/* "key value" */
+static int stat_line(char *line, void *arg)
+{
+	struct stat_keys *k = arg;
+	char *space = strchr(line, ' ');
+	if (!space)
+		return 0;
+	*space = '\0';
+	if (strcmp(line, k->inactive_key) == 0 && parse_bytes(space + 1, &k->inactive))
+		k->found |= 1;
+	else if (strcmp(line, k->file_key) == 0 && parse_bytes(space + 1, &k->file))
+		k->found |= 2;
+	return k->found == 3;
+}
+
+/* Of the level's usage, what the kernel drops before anything else (see
+ * above); 0 if unknown. */
+static size_t level_reclaimable(int version, const char *dir)
+{
+	struct stat_keys k = {.inactive_key = version == V1 ? "total_inactive_file" : "inactive_file",
+			      .file_key = version == V1 ? "total_cache" : "file"};
+	if (prim_memcg_lines(dir, "memory.stat", stat_line, &k) < 0 || k.found != 3)
+		return 0;
+	size_t lazy = atomic_load_explicit(&lazy_bytes, memory_order_relaxed);
+	size_t inactive = k.inactive > lazy ? k.inactive - lazy : 0;
+	return inactive < k.file ? inactive : k.file;
+}
+
+/* The level's working set: its usage less what level_reclaimable() says. */
+static bool level_working_set(int version, const char *dir, size_t *out)
+{
+	size_t usage;
+	if (!level_usage(version, dir, &usage))
+		return false;
+	size_t drop = level_reclaimable(version, dir);
+	*out = usage > drop ? usage - drop : 0;
+	return true;
 }
 
 /* ---- which cgroup (the janitor's, or the first mapping's before it) -------------- */
@@ -325,7 +412,7 @@ static int binding_level(struct level *best)
 		int has = level_limit(where.self.version, dir, &limit);
 		if (has == 0 && found < 0)
 			found = 0;
-		if (has == 1 && level_usage(where.self.version, dir, &usage)) {
+		if (has == 1 && level_working_set(where.self.version, dir, &usage)) {
 			size_t free = usage < limit ? limit - usage : 0;
 			if (found < 1 || free < best->free) {
 				snprintf(best->dir, sizeof(best->dir), "%s", dir);
@@ -355,11 +442,13 @@ static void bind(const struct level *l)
 	atomic_store_explicit(&limited, true, memory_order_relaxed);
 }
 
-/* Where the process is, its binding level: bound, or no bound. */
+/* Where the process is, its binding level: bound, or no bound.  Whether
+ * the cache_memcg knob is on or off: the knob is the cache's (its bound),
+ * and the populate workers ask what is free under the limit all the same. */
 static bool look(void)
 {
 	struct level l;
-	if (!bound_on() || !locate()) {
+	if (!locate()) {
 		unbind();
 		return false;
 	}
@@ -381,26 +470,26 @@ void memcg_start(void)
 
 bool memcg_watch(void)
 {
-	return look() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	return look() && bound_on() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
 }
 
 /* The binding level's usage again, unless a reading younger than
- * MEMCG_FRESH_MS serves; an unreadable one: no bound until the janitor
- * finds one again. */
-static void refresh(void)
+ * max_age_ms serves; an unreadable one: no bound until the janitor finds
+ * one again. */
+static void refresh(uint64_t max_age_ms)
 {
 	char dir[PRIM_MEMCG_PATH_MAX];
 	size_t usage;
 	uint64_t now = hp_now_ms();
 
-	if (now - atomic_load_explicit(&read_at_ms, memory_order_relaxed) < MEMCG_FRESH_MS)
+	if (now - atomic_load_explicit(&read_at_ms, memory_order_relaxed) < max_age_ms)
 		return;
 	pthread_mutex_lock(&memcg_lock);
 	memcpy(dir, bind_dir, sizeof(dir));
 	int version = bind_version;
 	pthread_mutex_unlock(&memcg_lock);
 	size_t limit = atomic_load_explicit(&bind_limit, memory_order_relaxed);
-	if (!level_usage(version, dir, &usage)) {
+	if (!level_working_set(version, dir, &usage)) {
 		atomic_store_explicit(&free_now, SIZE_MAX, memory_order_relaxed);
 		return;
 	}
@@ -422,14 +511,22 @@ void memcg_releasing(size_t bytes)
 void memcg_before_cache(void)
 {
 	if (atomic_load_explicit(&limited, memory_order_relaxed) && bound_on())
-		refresh();
+		refresh(MEMCG_FRESH_MS);
+}
+
+size_t memcg_headroom(unsigned max_age_ms)
+{
+	if (!atomic_load_explicit(&limited, memory_order_relaxed))
+		return SIZE_MAX;
+	refresh(max_age_ms);
+	return atomic_load_explicit(&free_now, memory_order_relaxed);
 }
 
 unsigned memcg_before_map(size_t size)
 {
 	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on())
 		return 0;
-	refresh();
+	refresh(MEMCG_FRESH_MS);
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
 	if (free == SIZE_MAX)
 		return 0;

@@ -118,6 +118,10 @@ static const struct metric metrics[HP_STAT_COUNT] = {
 		"Cached or freed THP bytes given back to stay under that bound" },
 	[HP_STAT_LIBC_TRIMS] = { "libc_trims_total", C, NULL, NULL, 1,
 		"Times libc gave back its free memory before a block that did not fit under the limit" },
+	[HP_STAT_THP_SPLITS_SEEN] = { "thp_splits_seen_total", C, NULL, NULL, 1,
+		"Huge pages the kernel split, machine-wide, while this process had THP blocks" },
+	[HP_STAT_THP_UNDERUSED_SPLITS_SEEN] = { "thp_underused_splits_seen_total", C, NULL, NULL, 1,
+		"Of those, split as under-used (pages of zeros)" },
 };
 #undef G
 #undef C

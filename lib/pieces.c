@@ -96,6 +96,7 @@ static bool join_next(struct hp_block *b, struct hp_block *next)
 {
 	if (os_thp_join(&b->map, &next->map) < 0)
 		return false;
+	b->lazy += next->lazy; /* its offered pages are b's now (memcg.c) */
 	stat_add(HP_STAT_MAPPED_BYTES, HP_GUARD); /* b's guard is part of it again */
 	stat_add(HP_STAT_CACHE_JOINS, 1);
 	free(next);

@@ -93,6 +93,43 @@ bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool private_b
 	return avail > 0 && (size_t)avail >= need;
 }
 
+/* The same rule at fork time, for whatever mode mapped the blocks: the
+ * page size whose pool cannot give a copy of every page of this process's
+ * live private hugetlb blocks (free - reserved, and the surplus pages
+ * nr_overcommit_hugepages still allows), with their numbers; false when
+ * every pool can (or cannot be read: nothing to say).  A fork is then a
+ * child's SIGBUS waiting for the first write (mode=hugetlb keeps no room:
+ * hp_malloc(3)). */
+bool policy_fork_short(size_t *pagesize, size_t *pages, long *room)
+{
+	const size_t *sizes;
+	int n = os_pagesizes(&sizes);
+	/* live blocks only: the child gives its copies of cached ones back at
+	 * once (heap_fork), and nobody writes those */
+	size_t live = atomic_load_explicit(&hp_counters[HP_STAT_HUGETLB_LIVE_BYTES], memory_order_relaxed);
+
+	for (int i = 0; i < n; i++) {
+		size_t held = os_private_pages(sizes[i]);
+		if (held > live / sizes[i])
+			held = live / sizes[i];
+		if (!held)
+			continue;
+		long avail = os_pool_available(sizes[i]);
+		long long over = prim_pool_counter(-1, sizes[i], "nr_overcommit_hugepages");
+		long long surplus = prim_pool_counter(-1, sizes[i], "surplus_hugepages");
+		if (avail < 0)
+			continue;
+		long extra = over > surplus && surplus >= 0 ? (long)(over - surplus) : 0;
+		if ((size_t)avail + (size_t)extra < held) {
+			*pagesize = sizes[i];
+			*pages = held;
+			*room = avail + extra;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* ---- private blocks ------------------------------------------------------------- */
 
 /* The cache first, for any block the knobs would accept, placed as the

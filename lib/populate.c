@@ -24,13 +24,25 @@
  *     chunks in groups of GROUP.  The first chunk of each group, its
  *     sentinel, is left to the program: once it is resident the program
  *     has come that far (readahead's PG_readahead marker).  Workers fault
- *     the other chunks (MADV_POPULATE_WRITE) of at most `ahead` groups
- *     beyond the last sentinel reached -- 1 at first, doubling to
- *     MAX_AHEAD while the program keeps coming -- each group from its end
- *     back, so a program faster than the workers meets them once per group
- *     instead of faulting the same chunk as they do, chunk after chunk.
- *     The last chunk of the block is a sentinel too.  So what the program
- *     never touches is at most MAX_AHEAD groups per block (64 MiB).
+ *     the other chunks (MADV_POPULATE_WRITE) up to a ceiling beyond what
+ *     the program is known to have reached -- readahead's ramp: ahead by
+ *     no more than it has touched, MAX_WINDOW chunks (64 MiB) at most --
+ *     in batches, each from its end back, so a program faster than the
+ *     workers meets them once per batch instead of faulting the same chunk
+ *     as they do, chunk after chunk.  The last chunk of the block is a
+ *     sentinel too.  So what the program never touches is at most as much
+ *     as it touched, and 64 MiB, per block (4 MiB touched: 8 resident).
+ *
+ * Memory.  Readahead never costs a process its life, and neither may this:
+ * over a memory cgroup's limit a worker's fault gets no ENOMEM, the OOM
+ * killer kills the whole process -- for pages it may never touch.  So
+ * where a bound holds -- the cgroup's limit (memcg.c measures what is free
+ * under it) and cache_rss_max (what is left under it of the process's
+ * resident memory) -- what the workers have ahead of every program stays
+ * within POP_HEADROOM_PCT of what is free, read again every FREE_FRESH_MS
+ * while a job populates.  As the program comes near the bound the window
+ * closes, and only its own faults meet the limit, as they would without
+ * workers.  An unreadable bound is no bound (memcg.c, smaps.c).
  *
  * Thread rules:
  *   - Workers start with the first job (no thread before there is work):
@@ -51,7 +63,8 @@
  *     runs with cancellation disabled (hp_free's, resize's), and
  *     populate_watch() takes pop_lock only to fill a slot: nothing here is
  *     a cancellation point for the program.  pop_lock is held by no one
- *     who takes another lock, and no other lock is held while taking it.
+ *     who takes another lock, and no other lock is held while taking it: a
+ *     worker drops it to read what is free (memcg.c, /proc/self/statm).
  *   - Fork: pop_lock is taken around it (lifecycle.c's table), and fork
  *     waits until no worker is inside a job: a worker looks at a chunk
  *     (mincore) before it faults it in, and a fault-in after a fork that
@@ -81,7 +94,8 @@
 
 #define POP_MIN_BLOCK (32 * HP_MiB) /* smaller: over before a worker could help */
 #define GROUP 8                      /* chunks per group, the first one the program's */
-#define MAX_AHEAD 4                  /* groups beyond the last sentinel reached */
+#define MAX_AHEAD 4                  /* groups beyond what the program reached, at most */
+#define MAX_WINDOW (MAX_AHEAD * GROUP) /* chunks beyond it, at most */
 #define RING (MAX_AHEAD + 2)         /* per-group times kept until credited */
 #define MAX_JOBS 16
 #define POP_IDLE_MS 1000             /* a job without progress this long is dropped */
@@ -89,6 +103,10 @@
 #define POLL_MAX_US 16000
 #define SCAN_MAX 64                  /* sentinels looked at per check */
 #define AUTO_MAX 8
+/* Under a memory bound, what the workers faulted ahead of the program stays
+ * within this share of what is free (see "Memory" above). */
+#define POP_HEADROOM_PCT 50
+#define FREE_FRESH_MS 1              /* a reading of what is free serves this long */
 #define NAME "hpalloc-ahead"         /* at most 15 characters */
 
 struct job {
@@ -100,9 +118,8 @@ struct job {
 	size_t chunk;    /* bytes per chunk */
 	size_t n;        /* chunks */
 	size_t pos;      /* the last group whose sentinel the program reached */
-	size_t ahead;    /* groups beyond pos the workers may fault */
-	size_t group;    /* the group being claimed, from its end back ... */
-	size_t top;      /* ... chunks below top not claimed yet */
+	size_t lo, top;  /* the batch being claimed: [lo, top) not claimed yet, from top down */
+	size_t hi;       /* the batch's end: chunks below it were claimed or are the program's */
 	int inflight;    /* workers inside it (a fault-in or a check) */
 	uint64_t group_ns[RING]; /* the workers' time per group, until credited */
 	uint64_t progress_ms;    /* made, or seen to move, last */
@@ -169,43 +186,59 @@ static size_t ngroups(const struct job *j)
 	return (j->n + GROUP - 1) / GROUP;
 }
 
-static size_t group_end(const struct job *j, size_t g)
+/* Chunks the program is known to have reached: 0 and 1, then each
+ * sentinel it is seen at. */
+static size_t reached(const struct job *j)
 {
-	size_t end = (g + 1) * GROUP;
-	return end < j->n ? end : j->n;
+	return j->pos ? j->pos * GROUP + 1 : 2;
 }
 
-/* The first chunk of group g a worker may fault: past its sentinel, and in
- * group 0 past the two chunks the program touched to start the job. */
-static size_t group_first(size_t g)
+/* How far the workers may go: readahead's ramp -- ahead of the program by
+ * no more than it has touched, MAX_WINDOW at most -- and never the block's
+ * last chunk (the program's: it ends the job). */
+static size_t ceiling(const struct job *j)
 {
-	return g ? g * GROUP + 1 : 2;
+	size_t r = reached(j), c = r + (r < MAX_WINDOW ? r : MAX_WINDOW);
+	return c < j->n - 1 ? c : j->n - 1;
 }
 
-static void start_group(struct job *j, size_t g)
+/* Chunks claimed beyond what the program reached: faulted, or being. */
+static size_t ahead_chunks(const struct job *j)
 {
-	j->group = g;
-	j->top = group_end(j, g);
+	size_t r = reached(j), below = j->lo > r ? j->lo - r : 0;
+	size_t from = j->top > r ? j->top : r;
+	return below + (j->hi > from ? j->hi - from : 0);
 }
 
-/* pop_lock held: the next chunk a worker may fault, or false. */
-static bool claim(struct job *j, size_t *chunk)
+/* pop_lock held: the next chunk a worker may fault, or false.  room: the
+ * bytes more the memory bound lets the workers have ahead (SIZE_MAX: no
+ * bound).  Claims come in batches from where the last one ended up to the
+ * ceiling (as far as room goes), each from its end back, so that a program
+ * faster than the workers meets them once per batch instead of faulting
+ * the same chunk as they do, chunk after chunk. */
+static bool claim(struct job *j, size_t *chunk, size_t room)
 {
-	if (j->dead || j->watching)
+	if (j->dead || j->watching || room < j->chunk)
 		return false;
-	if (j->group < j->pos) /* the program is past it: what is left is behind it */
-		start_group(j, j->pos);
-	while (j->group <= j->pos + j->ahead && j->group < ngroups(j)) {
-		if (j->top > group_first(j->group)) {
+	size_t r = reached(j);
+	if (j->hi < r) /* the program is past the batch: what is left is behind it */
+		j->lo = j->top = j->hi = r;
+	for (;;) {
+		while (j->top > j->lo) {
 			size_t c = --j->top;
-			if (c == j->n - 1)
-				continue; /* the last chunk is the program's too */
+			if (c % GROUP == 0 || c < r)
+				continue; /* a sentinel (the program's), or passed meanwhile */
 			*chunk = c;
 			return true;
 		}
-		start_group(j, j->group + 1);
+		size_t end = ceiling(j), most = room / j->chunk;
+		if (j->hi >= end)
+			return false;
+		if (end - j->hi > most)
+			end = j->hi + most;
+		j->lo = j->hi;
+		j->top = j->hi = end;
 	}
-	return false;
 }
 
 /* pop_lock held: the program went past groups [from, to): what the workers
@@ -274,13 +307,11 @@ static void apply(struct job *j, const struct sighting *s, uint64_t now)
 	if (s->started) {
 		j->watching = false;
 		j->pos = 0;
-		j->ahead = 1;
-		start_group(j, 0);
+		j->lo = j->top = j->hi = reached(j);
 	}
 	if (s->pos > j->pos) {
 		credit(j, j->pos, s->pos);
 		j->pos = s->pos;
-		j->ahead = j->ahead * 2 < MAX_AHEAD ? j->ahead * 2 : MAX_AHEAD;
 	}
 	if (s->finished) { /* the program reached the end: the rest was used */
 		credit(j, j->pos, ngroups(j));
@@ -299,6 +330,64 @@ static void apply(struct job *j, const struct sighting *s, uint64_t now)
 	j->check_at_us = now + j->poll_us;
 }
 
+/* ---- memory ----------------------------------------------------------------------- */
+
+static size_t mem_free = SIZE_MAX; /* free under the bounds at the last reading (pop_lock) */
+static uint64_t mem_read_ms;       /* when (pop_lock); 0: never */
+
+/* What the memory cgroup's limit and cache_rss_max leave free now, the
+ * least of the two (SIZE_MAX: no bound).  Files are read: no lock held. */
+static size_t read_free(void)
+{
+	size_t free = memcg_headroom(FREE_FRESH_MS);
+	size_t max = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	if (max) {
+		size_t rss = hp_self_rss(); /* 0: unreadable, no bound */
+		size_t left = rss < max ? max - rss : 0;
+		if (rss && left < free)
+			free = left;
+	}
+	return free;
+}
+
+/* pop_lock held: some job is past watching (a reading can matter). */
+static bool populating(void)
+{
+	for (int i = 0; i < MAX_JOBS; i++)
+		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching)
+			return true;
+	return false;
+}
+
+/* pop_lock held on entry and exit, dropped for a reading older than
+ * FREE_FRESH_MS while some job populates. */
+static void refresh_free(void)
+{
+	uint64_t now = hp_now_ms();
+	if ((mem_read_ms && now - mem_read_ms < FREE_FRESH_MS) || forking || !populating())
+		return;
+	mem_read_ms = now;
+	pthread_mutex_unlock(&pop_lock);
+	size_t free = read_free();
+	pthread_mutex_lock(&pop_lock);
+	mem_free = free;
+}
+
+/* pop_lock held: the bytes more the workers may fault ahead of the
+ * programs: the rule is POP_HEADROOM_PCT of what is free, less what every
+ * job has ahead already (which is charged, so in the reading, or claimed
+ * since: counted either way). */
+static size_t room_left(void)
+{
+	if (mem_free == SIZE_MAX)
+		return SIZE_MAX;
+	size_t ahead = 0, share = mem_free / 100 * POP_HEADROOM_PCT;
+	for (int i = 0; i < MAX_JOBS; i++)
+		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching)
+			ahead += ahead_chunks(&jobs[i]) * jobs[i].chunk;
+	return share > ahead ? share - ahead : 0;
+}
+
 /* ---- the workers ------------------------------------------------------------------ */
 
 enum { NOTHING, FAULT, LOOK };
@@ -311,11 +400,12 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 	*wait_us = 0;
 	if (forking)
 		return NOTHING; /* until populate_fork's parent phase wakes us */
+	size_t room = room_left();
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
 			continue;
-		if (claim(j, chunk)) {
+		if (claim(j, chunk, room)) {
 			*out = j;
 			return FAULT;
 		}
@@ -440,6 +530,7 @@ static void *worker_main(void *arg)
 		struct job *j = NULL;
 		size_t c = 0;
 		uint64_t wait_us = 0;
+		refresh_free();
 		int what = index < wanted_threads() ? pick(&j, &c, &wait_us) : NOTHING;
 		if (what == FAULT)
 			do_fault(j, c, &last_gen);
@@ -576,6 +667,8 @@ void populate_fork(int phase)
 	pthread_cond_init(&work_cond, NULL);
 	pthread_cond_init(&idle_cond, NULL);
 	memset(jobs, 0, sizeof(jobs));
+	mem_free = SIZE_MAX;
+	mem_read_ms = 0;
 	atomic_store(&njobs, 0);
 	started = 0;
 	create_failed = false;

@@ -379,16 +379,16 @@ void prim_memcg_root(const char *root)
 	memcg_root = root ? root : "";
 }
 
-int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg)
+/* Each line of the file at path to fn: prim_proc_self_lines() says how. */
+static int each_line(const char *path, int (*fn)(char *line, void *arg), void *arg)
 {
-	char path[512], buf[2048];
+	char buf[2048];
 	HP_ERRNO_SAVE;
 	size_t have = 0;
 	ssize_t n;
 	int rc = 0;
 	bool skipping = false; /* the rest of a line longer than buf */
 
-	snprintf(path, sizeof(path), "%s/proc/self/%s", memcg_root, name);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		HP_ERRNO_RESTORE;
@@ -419,6 +419,57 @@ int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), voi
 	close(fd);
 	HP_ERRNO_RESTORE;
 	return rc;
+}
+
+int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/proc/self/%s", memcg_root, name);
+	return each_line(path, fn, arg);
+}
+
+struct vmstat_want {
+	const char *const *keys;
+	unsigned long long *out;
+	int n, found;
+};
+
+static int vmstat_line(char *line, void *arg)
+{
+	struct vmstat_want *w = arg;
+	char *space = strchr(line, ' ');
+	if (!space)
+		return 0;
+	*space = '\0';
+	for (int i = 0; i < w->n; i++)
+		if (strcmp(line, w->keys[i]) == 0) {
+			char *end;
+			unsigned long long v = strtoull(space + 1, &end, 10);
+			if (end != space + 1 && *end == '\0') {
+				w->out[i] = v;
+				w->found++;
+			}
+		}
+	return w->found == w->n;
+}
+
+int prim_vmstat(const char *const *keys, unsigned long long *out, int n)
+{
+	struct vmstat_want w = {.keys = keys, .out = out, .n = n};
+	if (each_line("/proc/vmstat", vmstat_line, &w) < 0)
+		return -1;
+	return w.found;
+}
+
+int prim_memcg_lines(const char *dir, const char *file, int (*fn)(char *line, void *arg), void *arg)
+{
+	char path[PRIM_MEMCG_PATH_MAX + 64];
+	int n = snprintf(path, sizeof(path), "%s%s/%s", memcg_root, dir, file);
+
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -1;
+	return each_line(path, fn, arg);
 }
 
 int prim_memcg_read(const char *dir, const char *file, char *buf, size_t len)

@@ -79,6 +79,10 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
 
+/* /proc/vmstat: the values of the n counters named keys into out (those not
+ * found left as they were): how many were found, -1 if unreadable. */
+HP_HIDDEN int prim_vmstat(const char *const *keys, unsigned long long *out, int n);
+
 /* ---- the memory cgroup (memcg.c decides what the files mean) ---------------------- */
 /* The longest cgroup directory path (mount point and cgroup path) read:
  * paths are copied onto the stack of the free path. */
@@ -92,6 +96,10 @@ HP_HIDDEN void prim_memcg_root(const char *root);
  * which is returned; 0 at the end; -1 if the file cannot be opened.  A
  * line of 2 KiB or more is skipped.  No memory allocated; errno as it was. */
 HP_HIDDEN int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg);
+/* Each line of file in the cgroup directory dir (memory.stat), as
+ * prim_proc_self_lines() gives them; -1 if it cannot be opened. */
+HP_HIDDEN int prim_memcg_lines(const char *dir, const char *file, int (*fn)(char *line, void *arg),
+			       void *arg);
 /* The first line of file in the cgroup directory dir (an absolute path, as
  * mountinfo gives it, below the root), without its newline; -1 if it cannot
  * be read or is empty.  errno as it was. */

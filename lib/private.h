@@ -41,11 +41,13 @@ HP_HIDDEN const struct knob_env_extra *knob_env_extra(int i);
 
 /* ---- control.c: where the control directory is -------------------------------- */
 #define HP_CONTROL_DIR_ROOT "/run/hpalloc"
+#define HP_CONTROL_DIR_TMP_PARENT "/tmp"
 /* $HPALLOC_CONTROL_DIR, else /run/hpalloc (euid 0), else
- * $XDG_RUNTIME_DIR/hpalloc.  -1 + ENOENT if none, EPERM in secure exec. */
+ * $XDG_RUNTIME_DIR/hpalloc, else /tmp/hpalloc-<euid>.  -1 + EPERM in
+ * secure exec, ENAMETOOLONG if it does not fit. */
 HP_HIDDEN int control_dir_resolve(char *buf, size_t len);
-/* The same, saying which of the three it chose in *kind. */
-enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER };
+/* The same, saying which of the four it chose in *kind. */
+enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER, CONTROL_DIR_TMP };
 HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
 
 /* ---- securedir.c: what hpalloc trusts in a directory others can reach ---------
@@ -55,7 +57,9 @@ HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
  * first (mode 0755 whatever the umask) if it is missing.  A default one
  * (kind ROOT or USER) only below a parent no other user can write to:
  * /run root's and not writable by group or others, $XDG_RUNTIME_DIR ours
- * and mode 0700.  fd, or -1 + errno with the reason in why. */
+ * and mode 0700; kind TMP in a /tmp that is root's and sticky, mode 0700,
+ * and only if ours (one somebody else made is refused).  fd, or -1 +
+ * errno with the reason in why. */
 HP_HIDDEN int securedir_make(const char *path, int kind, char *why, size_t wl);
 /* Open a directory without following a symlink and check it: owned by euid
  * or root, not group/other-writable.  -1 + errno, reason in why. */

@@ -67,6 +67,7 @@ void release_adopt(struct hp_block *list)
 static void unmap_locked(struct hp_block *b)
 {
 	os_unmap(&b->map);
+	memcg_lazy_sub(b->lazy);
 	stat_sub(HP_STAT_MAPPED_BYTES, b->map.len);
 	stat_add(HP_STAT_RELEASED_BYTES, b->map.len);
 	free(b);

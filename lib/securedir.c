@@ -11,7 +11,8 @@
  * HP_CONTROL_FILE_MAX bytes and without a NUL byte.  A file is written as a
  * temporary file in the same directory renamed over the old one, so a
  * reader never meets half of it.  A default control directory is made only
- * below a parent no other user can write to (check_parent() says why).
+ * below a parent no other user can write to (check_parent() says why), or
+ * in a sticky /tmp, where one someone else made first is refused.
  *
  * Every function says why it refused in its caller's buffer (why, wl);
  * none logs and none takes a lock: what to do about a refusal is the
@@ -99,6 +100,14 @@ int securedir_open(int dirfd, const char *path, char *why, size_t wl)
 static int check_parent(const struct stat *st, int kind, const char *parent,
 			char *why, size_t wl)
 {
+	/* /tmp: anyone may make a name there, but in a sticky one nobody may
+	 * remove or rename another user's (securedir_make checks the owner) */
+	if (kind == CONTROL_DIR_TMP &&
+	    (st->st_uid != 0 || ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)))) {
+		snprintf(why, wl, "%s is not root's and sticky (owner uid %u, mode %04o)",
+			 parent, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
 	if (kind == CONTROL_DIR_ROOT &&
 	    (st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)))) {
 		snprintf(why, wl, "%s is not root's alone (owner uid %u, mode %04o)",
@@ -118,16 +127,17 @@ static int check_parent(const struct stat *st, int kind, const char *parent,
 }
 
 /* Open the parent of a default control directory ("/run/hpalloc",
- * "$XDG_RUNTIME_DIR/hpalloc") if it passes check_parent(): fd, or -1 +
- * errno and why. */
+ * "$XDG_RUNTIME_DIR/hpalloc", "/tmp/hpalloc-<uid>") if it passes
+ * check_parent(): fd, or -1 + errno and why. */
 static int open_parent(const char *path, int kind, char *why, size_t wl)
 {
 	char parent[PATH_MAX];
-	size_t plen = strlen(path) - strlen("/hpalloc");
+	const char *slash = strrchr(path, '/');
+	size_t plen = slash ? (size_t)(slash - path) : 0;
 	struct stat st;
 	int fd, saved;
 
-	if (plen >= sizeof(parent)) {
+	if (!slash || plen >= sizeof(parent)) {
 		errno = ENAMETOOLONG;
 		snprintf(why, wl, "path too long");
 		return -1;
@@ -149,20 +159,39 @@ static int open_parent(const char *path, int kind, char *why, size_t wl)
 	return fd;
 }
 
+/* In /tmp, a name anyone could have taken first: ours only (or root's, who
+ * could do anything anyway). */
+static int check_tmp_owner(int fd, char *why, size_t wl)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0 && (st.st_uid == geteuid() || st.st_uid == 0))
+		return 0;
+	snprintf(why, wl, "made by another user (uid %u), not by uid %u: not used",
+		 (unsigned)st.st_uid, (unsigned)geteuid());
+	return -1;
+}
+
 int securedir_make(const char *path, int kind, char *why, size_t wl)
 {
-	const char *name = kind == CONTROL_DIR_GIVEN ? path : "hpalloc";
+	const char *slash = strrchr(path, '/');
+	const char *name = kind == CONTROL_DIR_GIVEN || !slash ? path : slash + 1;
+	mode_t mode = kind == CONTROL_DIR_TMP ? 0700 : 0755;
 	int at = AT_FDCWD, fd, saved;
 	bool made;
 
 	/* There already: its own owner and mode rules decide, whoever the
 	 * parent lets in (a replacement would not be ours or root's). */
 	fd = securedir_open(AT_FDCWD, path, why, wl);
+	if (fd >= 0 && kind == CONTROL_DIR_TMP && check_tmp_owner(fd, why, wl) != 0) {
+		close(fd);
+		errno = EACCES;
+		return -1;
+	}
 	if (fd >= 0 || errno != ENOENT)
 		return fd;
 	if (kind != CONTROL_DIR_GIVEN && (at = open_parent(path, kind, why, wl)) < 0)
 		return -1;
-	made = mkdirat(at, name, 0755) == 0;
+	made = mkdirat(at, name, mode) == 0;
 	if (!made && errno != EEXIST) {
 		saved = errno;
 		snprintf(why, wl, "mkdir: %s", strerror(saved));
@@ -170,10 +199,16 @@ int securedir_make(const char *path, int kind, char *why, size_t wl)
 	} else {
 		fd = securedir_open(at, name, why, wl);
 		saved = errno;
+		if (fd >= 0 && kind == CONTROL_DIR_TMP && check_tmp_owner(fd, why, wl) != 0) {
+			close(fd); /* somebody else's name got there between the two */
+			fd = -1;
+			saved = EACCES;
+		}
 		/* 0755 whatever the umask: a non-root process may follow root's
-		 * knob files (HPALLOC_CONTROL_DIR=/run/hpalloc) */
+		 * knob files (HPALLOC_CONTROL_DIR=/run/hpalloc); in /tmp, 0700:
+		 * the user's processes are nobody else's to look at */
 		if (fd >= 0 && made)
-			(void)fchmod(fd, 0755);
+			(void)fchmod(fd, mode);
 	}
 	if (at != AT_FDCWD)
 		close(at);

@@ -11,7 +11,18 @@
  * blocks where a 2 MiB page cannot -- a block below 2 MiB, the partial
  * last 2 MiB of a larger one -- with one fault per folio instead of one per
  * 4 KiB page.  This file is the one interpreter of those settings (prim.c
- * reads the files): `hpctl status` prints what it says. */
+ * reads the files): `hpctl status` prints what it says.
+ *
+ * And of what the kernel does to huge pages afterwards.  Under memory
+ * pressure Linux 6.12+ splits under-used THPs -- ones with more pages of
+ * zeros than khugepaged/max_ptes_none -- and frees their zero pages: a
+ * block the populate workers faulted ahead and the program has not written
+ * yet is all zeros, and with max_ptes_none lowered (511, the default, keeps
+ * that shrinker off) a memory cgroup's reclaim split 120 of 128 such huge
+ * pages here (6.18, max_ptes_none 64).  The program then writes those pages
+ * on 4 KiB pages.  Whose pages the kernel split /proc/vmstat does not say,
+ * only that it did: thp_watch_splits() (the janitor's) counts the splits
+ * seen while this process holds THP blocks, and hpctl stats says so. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -62,6 +73,35 @@ static int pmd_size_only(const char *top, struct thp_size *out)
 	snprintf(out->enabled, sizeof(out->enabled), "%s", top);
 	out->serves = serves_madvised(top);
 	return out->size ? 1 : 0;
+}
+
+/* The janitor's, every round: the machine's split counters since the last
+ * look, counted while this process held THP blocks (holding).  At most
+ * every SPLITS_LOOK_MS: a read of /proc/vmstat is tens of microseconds. */
+#define SPLITS_LOOK_MS 250
+void thp_watch_splits(bool holding)
+{
+	static const char *const keys[] = {"thp_split_page", "thp_underused_split_page"};
+	static unsigned long long last[2];
+	static uint64_t looked_ms;
+	static bool have;
+	unsigned long long now[2] = {0, 0};
+	uint64_t ms = hp_now_ms();
+
+	if (have && ms - looked_ms < SPLITS_LOOK_MS)
+		return;
+	looked_ms = ms;
+	if (prim_vmstat(keys, now, 2) < 1)
+		return; /* no /proc: nothing to say */
+	if (have && holding) {
+		if (now[0] > last[0])
+			stat_add(HP_STAT_THP_SPLITS_SEEN, now[0] - last[0]);
+		if (now[1] > last[1])
+			stat_add(HP_STAT_THP_UNDERUSED_SPLITS_SEEN, now[1] - last[1]);
+	}
+	last[0] = now[0];
+	last[1] = now[1];
+	have = true;
 }
 
 int thp_sizes(struct thp_size *out, int max)

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char *ctl_dir_path(void)
+const char *ctl_dir_find(char *why, size_t wl)
 {
 	static char path[PATH_MAX];
 
@@ -26,12 +26,20 @@ const char *ctl_dir_path(void)
 		return path;
 	path[0] = '\0';
 	if (errno == EPERM)
-		warnx("secure execution (setuid/setgid): the control directory is ignored");
-	else if (errno == ENOENT)
-		warnx("no control directory: not root, and neither "
-		      "HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set");
+		snprintf(why, wl, "secure execution (setuid/setgid): the control directory is ignored");
 	else
-		warnx("control directory path: %s", strerror(errno));
+		snprintf(why, wl, "control directory path: %s", strerror(errno));
+	return NULL;
+}
+
+const char *ctl_dir_path(void)
+{
+	char why[256];
+	const char *path = ctl_dir_find(why, sizeof(why));
+
+	if (path)
+		return path;
+	warnx("%s", why);
 	exit(EXIT_RUNTIME);
 }
 

@@ -212,6 +212,22 @@ static int by_huge_bytes(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* The kernel split huge pages while the process held THP blocks (the
+ * library counts /proc/vmstat's counters, machine-wide): said on stderr,
+ * so the table stays a table. */
+static void split_note(const struct hp_proc *p)
+{
+	uint64_t all = p->stats.v[HP_STAT_THP_SPLITS_SEEN];
+	uint64_t underused = p->stats.v[HP_STAT_THP_UNDERUSED_SPLITS_SEEN];
+
+	if (!all && !underused)
+		return;
+	warnx("note: process %ld: the kernel split %llu huge pages (%llu of them under-used: "
+	      "pages of zeros) while it held THP blocks; its blocks may be on 4 KiB pages "
+	      "now (machine-wide counters: see AnonHugePages in /proc/%ld/smaps)",
+	      p->pid, (unsigned long long)all, (unsigned long long)underused, p->pid);
+}
+
 static void print_table(struct hp_proc_list *l)
 {
 	struct row r, sum = { 0 };
@@ -230,6 +246,8 @@ static void print_table(struct hp_proc_list *l)
 	snprintf(what, sizeof(what), "%zu process%s", l->count,
 		 l->count == 1 ? "" : "es");
 	print_row("total", what, &sum);
+	for (size_t i = 0; i < l->count; i++)
+		split_note(&l->procs[i]);
 }
 
 /* ---- --long and --json: everything that was published --------------------------- */

@@ -215,7 +215,9 @@ static void status_text(const struct status *s)
 	       s->uring.available ? "available for page release" :
 	       "unavailable: processes release pages synchronously",
 	       s->uring.sysctl, s->uring.detail);
-	printf("control directory: %s\n", ctl_dir_path());
+	char why[256];
+	const char *dir = ctl_dir_find(why, sizeof(why));
+	printf("control directory: %s\n", dir ? dir : why); /* status needs none */
 	printf("effective knobs:\n");
 	for (int k = 0; k < hp_knob_count(); k++)
 		if (hp_knob_info(k, &ki) == 0)
@@ -291,7 +293,12 @@ static void status_json(const struct status *s)
 	json_num(&j, "io_uring_disabled", s->uring.sysctl);
 	json_str(&j, "detail", s->uring.detail);
 	json_end_obj(&j);
-	json_str(&j, "control_dir", ctl_dir_path());
+	char why[256];
+	const char *dir = ctl_dir_find(why, sizeof(why));
+	if (dir)
+		json_str(&j, "control_dir", dir);
+	else
+		json_null(&j, "control_dir");
 	print_effective_knobs_json(&j, "knobs");
 	json_end_obj(&j);
 	json_finish(&j);

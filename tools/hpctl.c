@@ -61,7 +61,7 @@ static const char usage_text[] =
 	"  -V, --version             version\n"
 	"\n"
 	"Control directory: $HPALLOC_CONTROL_DIR, else /run/hpalloc (root), else\n"
-	"$XDG_RUNTIME_DIR/hpalloc.  See hpctl(8) and hpalloc(7).\n";
+	"$XDG_RUNTIME_DIR/hpalloc, else /tmp/hpalloc-UID.  See hpctl(8) and hpalloc(7).\n";
 
 void warnx(const char *fmt, ...)
 {

@@ -73,6 +73,9 @@ void json_null(struct json *j, const char *key);
 void json_finish(struct json *j);                /* newline */
 
 /* hpctl-dir.c: the control directory as hpctl sees it. */
+/* Resolved path (the library's control_dir_resolve), or NULL with the
+ * reason in why (secure execution). */
+const char *ctl_dir_find(char *why, size_t wl);
 /* Resolved path, or exit 1 saying why there is none. */
 const char *ctl_dir_path(void);
 /* Open the control directory (create it 0755 when create): fd, or -1 if it

@@ -5,7 +5,9 @@
  * and blocks idle for cache_decay_ms go back to the kernel -- pages and
  * mapping, the hugetlb pool refilled -- within a few decay periods and
  * without any call into the library, while a block reused before its
- * deadline stays its user's. */
+ * deadline stays its user's.  A cached block serves a request only within
+ * the waste rule (1/8 over the request): the mapping a 64 MiB request gets
+ * (/proc/self/maps, smaps' hugetlb bytes) is no longer than 72 MiB. */
 #include "harness.h"
 
 #include <stdio.h>
@@ -63,6 +65,70 @@ static void test_hit_and_miss(void **state)
 	assert_int_equal(harness_mapped(p, 16 * MiB), 0);
 }
 
+
+/* The waste rule on reuse: a 76 MiB block cached, a 64 MiB request may
+ * take 72 MiB at most (policy_fits) -- a THP block is cut (pieces.c) and
+ * the request's mapping is 64 MiB; a hugetlb block (38 pages) is left
+ * cached and the request gets a fresh one of 32 pages.  Before, with the
+ * rule replaced by "long enough", nothing noticed: the request took the
+ * whole 76 MiB (77,824 KiB mapped; 38 pool pages for 32). */
+#define WASTE_CACHED (76 * MiB)
+#define WASTE_WANTED (64 * MiB)
+#define WASTE_MOST (WASTE_WANTED + WASTE_WANTED / 8)
+
+static void test_waste_rule_thp(void **state)
+{
+	(void)state;
+	harness_need_thp();
+	thp_cache_knobs("1G", "60000");
+	void *a = hp_malloc(WASTE_CACHED);
+	assert_non_null(a);
+	harness_touch(a, WASTE_CACHED);
+	hp_free(a);
+	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), WASTE_CACHED);
+	void *b = hp_malloc(WASTE_WANTED);
+	assert_non_null(b);
+	uintptr_t start, end;
+	assert_int_equal(harness_vma(b, &start, &end), 0);
+	print_message("a %zu MiB block cached, a %zu MiB request: its mapping %zu KiB (at most %zu)\n",
+		      WASTE_CACHED >> 20, WASTE_WANTED >> 20, (size_t)(end - start) >> 10, WASTE_MOST >> 10);
+	assert_true(end - start >= WASTE_WANTED);
+	assert_true(end - start <= WASTE_MOST);
+	hp_free(b);
+}
+
+static void test_waste_rule_hugetlb(void **state)
+{
+	(void)state;
+	const long pages = (WASTE_CACHED + WASTE_WANTED) / (2 * MiB);
+	harness_pool_or_skip(2 * MiB, pages, true);
+	harness_knob("mode", "hugetlb");
+	harness_knob("pagesize", "2M");
+	harness_knob("threshold", "1M");
+	harness_knob("fallback", "fail");
+	harness_knob("cache_max", "1G");
+	harness_knob("cache_decay_ms", "60000");
+	void *a = hp_malloc(WASTE_CACHED);
+	assert_non_null(a);
+	harness_touch(a, WASTE_CACHED);
+	hp_free(a);
+	void *b = hp_malloc(WASTE_WANTED);
+	assert_non_null(b);
+	harness_touch(b, WASTE_WANTED);
+	struct harness_smaps sm;
+	assert_int_equal(harness_smaps_range(b, WASTE_WANTED, &sm), 0);
+	print_message("a %zu MiB hugetlb block cached, a %zu MiB request: %zu MiB of pool pages "
+		      "mapped for it (at most %zu); pool free %ld of %ld\n", WASTE_CACHED >> 20,
+		      WASTE_WANTED >> 20, sm.hugetlb >> 20, WASTE_MOST >> 20,
+		      harness_pool_available(2 * MiB), pages);
+	assert_int_equal(sm.mappings, 1);
+	assert_true(sm.hugetlb <= WASTE_MOST);
+	assert_int_equal(harness_mapped(a, WASTE_CACHED), WASTE_CACHED); /* still cached */
+	hp_free(b);
+	hp_cache_flush();
+	hp_release_drain();
+	assert_int_equal(harness_pool_available(2 * MiB), pages);
+}
 
 static void test_bound(void **state)
 {
@@ -480,6 +546,8 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_hit_and_miss),
 		HTEST(test_bound),
+		HTEST(test_waste_rule_thp),
+		HTEST(test_waste_rule_hugetlb),
 		HTEST(test_cache_max_zero),
 		HTEST(test_lowered_bound_trims),
 		HTEST(test_decay_releases_rss),

@@ -17,15 +17,22 @@
  *     the free memory it holds first: glibc keeps what is freed below a
  *     chunk still in use, charged and (no swap) not the kernel's to take;
  *     before, the process was OOM-killed where glibc alone would have
- *     served the block from that hole.
+ *     served the block from that hole;
+ *   - page cache counts as free (the working set: usage less inactive file
+ *     pages): a cgroup near its limit after reading a file keeps its
+ *     cache, where the usage alone gave every freed block back.
  * Root, and a memory controller (capability memcg); the cgroup is removed
  * at exit (the process moved back first), and one a killed run left is
  * removed by the next. */
 #include "harness.h"
 #include "../../lib/internal.h"
+#include "memcg_util.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,185 +45,24 @@
 #define BLOCK (32 * MiB)
 #define NBLOCKS 6
 #define WITHIN_MS 3000
-#define PREFIX "hpalloc-ctest-"
-#define V1_PARENT "/sys/fs/cgroup/memory"
-
-static struct {
-	int version;
-	char parent[256]; /* where cgroups of that version are made */
-	char dir[512];    /* ours, "" if none */
-	char home[512];   /* where the process was */
-} cg;
-
-static bool read_text(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, len - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return true;
-}
-
-static bool write_text(const char *dir, const char *file, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static bool write_text(const char *dir, const char *file, const char *fmt, ...)
-{
-	char path[700];
-	va_list ap;
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	FILE *f = fopen(path, "we");
-	if (!f)
-		return false;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	return fclose(f) == 0;
-}
-
-static size_t read_num(const char *file)
-{
-	char path[700], buf[64];
-	snprintf(path, sizeof(path), "%s/%s", cg.dir, file);
-	if (!read_text(path, buf, sizeof(buf)))
-		fail_msg("cannot read %s", path);
-	return (size_t)strtoull(buf, NULL, 10);
-}
-
-static size_t usage(void)
-{
-	return read_num(cg.version == 1 ? "memory.usage_in_bytes" : "memory.current");
-}
-
-static size_t limit_hits(void)
-{
-	if (cg.version == 1)
-		return read_num("memory.failcnt");
-	char path[700], buf[512];
-	snprintf(path, sizeof(path), "%s/memory.events", cg.dir);
-	if (!read_text(path, buf, sizeof(buf)))
-		fail_msg("cannot read %s", path);
-	char *p = strstr(buf, "\nmax ");
-	return p ? (size_t)strtoull(p + 5, NULL, 10) : 0;
-}
-
-static void set_limit(size_t limit)
-{
-	if (!write_text(cg.dir, cg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit))
-		fail_msg("cannot set the limit of %s: %s", cg.dir, strerror(errno));
-}
-
-/* Where cgroups of a version with the memory controller can be made here. */
-static bool find_parent(char *why, size_t len)
-{
-	char buf[512], line[512], path[300];
-	if (access(V1_PARENT "/memory.limit_in_bytes", F_OK) == 0) {
-		cg.version = 1;
-		snprintf(cg.parent, sizeof(cg.parent), V1_PARENT);
-		return true;
-	}
-	FILE *f = fopen("/proc/self/mounts", "re");
-	while (f && fgets(line, sizeof(line), f)) {
-		char mnt[256], type[64];
-		if (sscanf(line, "%*s %255s %63s", mnt, type) == 2 && strcmp(type, "cgroup2") == 0) {
-			snprintf(cg.parent, sizeof(cg.parent), "%s", mnt);
-			cg.version = 2;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
-	if (cg.version != 2) {
-		snprintf(why, len, "no cgroup v1 memory hierarchy, no cgroup2 mount");
-		return false;
-	}
-	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cg.parent);
-	if (!read_text(path, buf, sizeof(buf)) || !strstr(buf, "memory")) {
-		snprintf(why, len, "cgroup v2 at %s: the memory controller is not in cgroup.subtree_control",
-			 cg.parent);
-		return false;
-	}
-	return true;
-}
-
-/* The process's cgroup of that version, as a directory. */
-static void find_home(void)
-{
-	char line[512];
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (!b)
-			continue;
-		*b = '\0';
-		bool v1_memory = strstr(a + 1, "memory") != NULL, v2 = b == a + 1 && line[0] == '0';
-		if ((cg.version == 1 && v1_memory) || (cg.version == 2 && v2))
-			snprintf(cg.home, sizeof(cg.home), "%s%s", cg.parent, b + 1);
-	}
-	fclose(f);
-}
-
-/* PREFIX<pid>-... cgroups whose pid is gone (a run killed outright). */
-static void remove_stale(void)
-{
-	DIR *d = opendir(cg.parent);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		long pid;
-		char path[700];
-		if (sscanf(e->d_name, PREFIX "%ld", &pid) != 1 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", cg.parent, e->d_name);
-		rmdir(path);
-	}
-	if (d)
-		closedir(d);
-}
-
-static void leave(void)
-{
-	if (!cg.dir[0])
-		return;
-	write_text(cg.home, "cgroup.procs", "%d", (int)getpid());
-	for (int i = 0; i < 100 && rmdir(cg.dir) != 0 && errno == EBUSY; i++)
-		usleep(20000);
-	cg.dir[0] = '\0';
-}
-
 /* The process in a fresh cgroup limited to limit, the janitor aware of it. */
 static void enter(size_t limit)
 {
-	char why[512];
-	if (!harness_is_root())
-		harness_skip_cap("root", "making a memory cgroup needs root");
-	if (!find_parent(why, sizeof(why)))
-		harness_skip_cap("memcg", "%s", why);
-	find_home();
-	if (!cg.home[0])
-		fail_msg("the process's cgroup of v%d is not in /proc/self/cgroup", cg.version);
-	remove_stale();
-	snprintf(cg.dir, sizeof(cg.dir), "%s/" PREFIX "%d", cg.parent, (int)getpid());
-	if (mkdir(cg.dir, 0755) != 0 && errno != EEXIST) {
-		int err = errno;
-		cg.dir[0] = '\0';
-		harness_skip_cap("memcg", "cannot make a cgroup in %s: %s", cg.parent, strerror(err));
-	}
-	set_limit(limit);
-	if (cg.version == 2)
-		write_text(cg.dir, "memory.swap.max", "0");
-	if (!write_text(cg.dir, "cgroup.procs", "%d", (int)getpid()))
-		fail_msg("cannot move into %s: %s", cg.dir, strerror(errno));
+	tmemcg_make(limit);
+	tmemcg_enter();
 	uint64_t end = harness_now_ms() + WITHIN_MS;
 	while (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit && harness_now_ms() < end)
 		harness_sleep_ms(10);
 	if (harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) != limit)
 		fail_msg("the janitor did not find the cgroup %s (limit %zu MiB) within %d ms: "
-			 "memcg_limit_bytes %llu", cg.dir, limit >> 20, WITHIN_MS,
+			 "memcg_limit_bytes %llu", tmemcg.dir, limit >> 20, WITHIN_MS,
 			 (unsigned long long)harness_stat(HP_STAT_MEMCG_LIMIT_BYTES));
 }
+
+static size_t usage(void) { return tmemcg_usage(); }
+static size_t limit_hits(void) { return tmemcg_limit_hits(); }
+static void set_limit(size_t limit) { tmemcg_set_limit(limit); }
+static void leave(void) { tmemcg_remove(); }
 
 /* THP blocks cached for long, the janitor running, the cache empty. */
 static void knobs(void)
@@ -353,6 +199,67 @@ static void test_fresh_mapping_gives_back(void **state)
 	leave();
 }
 
+/* A file of len bytes read into the page cache in this process's cgroup
+ * (its pages charged to it, on the inactive list: read once); false if
+ * the directory is no disk's (tmpfs: shared memory, not page cache). */
+static bool read_into_page_cache(const char *path, size_t len)
+{
+	static char buf[MiB];
+	struct statfs fs;
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	if (fstatfs(fd, &fs) != 0 || fs.f_type == TMPFS_MAGIC) {
+		close(fd);
+		unlink(path);
+		return false;
+	}
+	memset(buf, 0x5a, sizeof(buf));
+	for (size_t off = 0; off < len; off += sizeof(buf))
+		assert_int_equal(write(fd, buf, sizeof(buf)), sizeof(buf));
+	assert_int_equal(fsync(fd), 0);
+	/* dropped, then read as a worker reads its parquet file */
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	for (size_t off = 0; off < len; off += sizeof(buf))
+		assert_int_equal(read(fd, buf, sizeof(buf)), sizeof(buf));
+	close(fd);
+	return true;
+}
+
+/* A cgroup at its limit with page cache keeps the cache working: the
+ * kernel drops that first, so it counts as free (memcg.c's working set).
+ * Before, the usage counted it and the freed blocks were given back. */
+static void test_page_cache_is_free(void **state)
+{
+	(void)state;
+	void *b[NBLOCKS];
+	const size_t limit = GiB, file = 768 * MiB;
+	char path[600];
+	knobs();
+	enter(limit);
+	snprintf(path, sizeof(path), "%s/page-cache", getenv("HPALLOC_TEST_TMPDIR") ? getenv("HPALLOC_TEST_TMPDIR") : "/var/tmp");
+	if (!read_into_page_cache(path, file))
+		harness_skip("%s is on tmpfs: its pages are shared memory, not page cache", path);
+	size_t with_cache = usage();
+	make_blocks(b, NBLOCKS);
+	size_t peak_use = usage();
+	free_all(b, NBLOCKS);
+	harness_sleep_ms(300); /* janitor rounds: the bound applied as it reads it */
+	size_t cached = cached_of(b, NBLOCKS), use = usage();
+	size_t inactive = tmemcg_key("memory.stat", tmemcg.version == 1 ? "total_inactive_file" : "inactive_file");
+	print_message("limit %zu MiB, a %zu MiB file read (usage %zu MiB), %d blocks of %zu MiB (usage %zu "
+		      "MiB) freed: %zu MiB still mapped; usage %zu MiB of which inactive file %zu MiB; the rule "
+		      "with the usage alone allows %zu MiB; memcg_cache_bound %llu MiB\n", limit >> 20,
+		      file >> 20, with_cache >> 20, NBLOCKS, BLOCK >> 20, peak_use >> 20, cached >> 20,
+		      use >> 20, inactive >> 20, rule(limit, use, cached, 0) >> 20,
+		      (unsigned long long)harness_stat(HP_STAT_MEMCG_CACHE_BOUND) >> 20);
+	unlink(path);
+	assert_true(with_cache >= file / 2); /* the page cache was the cgroup's */
+	assert_int_equal(cached, NBLOCKS * BLOCK); /* all kept: the page cache is free */
+	assert_true(cached > rule(limit, use, cached, 0));
+	leave();
+}
+
 /* The child of test_libc_hole_given_back, in the cgroup: a hole of HOLE
  * bytes in glibc's heap below a live chunk, the limit lowered so that what
  * is free under it is less than a fresh block of BIG bytes, then that block
@@ -436,11 +343,11 @@ int main(int argc, char **argv)
 		HTEST(test_bound_engages),
 		HTEST(test_limit_followed),
 		HTEST(test_fresh_mapping_gives_back),
+		HTEST(test_page_cache_is_free),
 		HTEST(test_libc_hole_given_back),
 	};
 
 	harness_init(argc, argv);
-	atexit(leave); /* a failed case left it: out, and removed */
 	int rc = harness_run("memcg_bound", tests, ARRAY_SIZE(tests));
 	leave();
 	return rc;

@@ -12,7 +12,8 @@
  *     call into the library, down and up;
  *   - files that say something else than a number, files that cannot be
  *     read, a cgroup removed while running, a process outside the mounted
- *     part, the cache_memcg knob off: no bound, errno unchanged, every
+ *     part, the cache_memcg knob off (the limit still known, for the
+ *     populate workers): no bound, errno unchanged, every
  *     block accounted for, live contents intact; and the bound back once
  *     the files are good again;
  *   - the free path's own reading of the usage failing (EMFILE: open() is
@@ -249,6 +250,202 @@ static void test_v2_levels(void **state)
 	nothing_lost(NULL, 0);
 }
 
+/* ---- the working set: usage less inactive file pages --------------------------------- */
+
+#define V2_DIR "sys/fs/cgroup"
+/* v2: the process in /job, limited to 512 MiB, 480 MiB used; memory.stat
+ * as given ("" for none). */
+static void stage_v2(const char *stat)
+{
+	run("rm -rf '%s/proc' '%s/sys'", root, root);
+	put("proc/self/cgroup", "0::/job");
+	put("proc/self/mountinfo", "31 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw");
+	put(V2_DIR "/memory.max", "max");
+	put(V2_DIR "/memory.current", "%zu", 3 * GiB);
+	put(V2_DIR "/job/memory.max", "%zu", 512 * MiB);
+	put(V2_DIR "/job/memory.current", "%zu", 480 * MiB);
+	if (stat[0])
+		put(V2_DIR "/job/memory.stat", "%s", stat);
+}
+
+/* The rule with a working set: share of (limit - (usage - reclaimable) +
+ * cached), reclaimable as memcg.c counts it with lazy bytes of ours on the
+ * inactive list. */
+static size_t rule_ws(size_t limit, size_t usage, size_t inactive, size_t file, size_t lazy, size_t cached)
+{
+	size_t drop = inactive > lazy ? inactive - lazy : 0;
+	drop = drop < file ? drop : file;
+	return rule(limit, usage - drop, cached);
+}
+
+/* 8 blocks freed under the staged stat: what the cache keeps, settled. */
+static size_t cached_under(const char *what, size_t inactive, size_t file, bool has_stat)
+{
+	void *b[NBLOCKS];
+	char stat[512];
+	snprintf(stat, sizeof(stat), "anon 12345\nfile %zu\nkernel 0\ninactive_anon 0\n"
+		 "active_anon 1\ninactive_file %zu\nactive_file 0\n", file, inactive);
+	stage_v2(has_stat ? stat : "");
+	wait_limit(512 * MiB);
+	make_blocks(b, 0);
+	free_all(b, NBLOCKS);
+	uint64_t end = harness_now_ms() + WITHIN_MS;
+	size_t cached, lazy;
+	for (;;) {
+		cached = cached_of(b, NBLOCKS);
+		lazy = harness_stat(HP_STAT_CACHED_RECLAIMABLE_BYTES);
+		size_t allowed = has_stat ? rule_ws(512 * MiB, 480 * MiB, inactive, file, lazy, cached)
+					  : rule(512 * MiB, 480 * MiB, cached);
+		if (cached <= allowed || harness_now_ms() >= end)
+			break;
+		harness_sleep_ms(20);
+	}
+	print_message("%s: limit 512 MiB, usage 480 MiB, inactive_file %zu MiB, file %zu MiB: "
+		      "%zu of %d MiB freed kept (%zu MiB of them offered to the kernel); the rule with "
+		      "the usage alone: at most %zu MiB\n", what, inactive >> 20, file >> 20, cached >> 20,
+		      (int)(NBLOCKS * BLOCK >> 20), lazy >> 20, rule(512 * MiB, 480 * MiB, cached) >> 20);
+	return cached;
+}
+
+/* The page cache is free memory: a cgroup at its limit with it (a worker
+ * that read a parquet file) keeps the cache working. */
+static void test_v2_working_set(void **state)
+{
+	(void)state;
+	knobs();
+	/* 64 MiB of page cache on the inactive list, this process's offered
+	 * pages on it too (the kernel's view): counted once */
+	size_t cached = cached_under("page cache on the inactive list", 64 * MiB, GiB, true);
+	size_t lazy = harness_stat(HP_STAT_CACHED_RECLAIMABLE_BYTES);
+	assert_true(cached <= rule_ws(512 * MiB, 480 * MiB, 64 * MiB, GiB, lazy, cached));
+	assert_true(cached > rule(512 * MiB, 480 * MiB, cached)); /* more than usage alone allows */
+	/* our own offered pages are no page cache: counted as free once, not
+	 * twice (else the cache could take everything free) */
+	assert_true(cached <= (512 * MiB - 480 * MiB + 64 * MiB) / 100 * MEMCG_CACHE_SHARE_PCT + BLOCK);
+	nothing_lost(NULL, 0);
+
+	/* an inactive list far longer than the page cache (another allocator's
+	 * MADV_FREE'd pages): only the page cache there is counts */
+	cached = cached_under("inactive list past the page cache", 10 * GiB, 64 * MiB, true);
+	assert_true(cached <= rule_ws(512 * MiB, 480 * MiB, 10 * GiB, 64 * MiB, 0, cached));
+	assert_true(cached > rule(512 * MiB, 480 * MiB, cached));
+	nothing_lost(NULL, 0);
+}
+
+/* memory.stat missing, cut, garbage, a directory: the usage alone, as
+ * before; nothing lost. */
+static void test_working_set_unreadable(void **state)
+{
+	(void)state;
+	knobs();
+	const char *stats[] = {"", "inactive_file 999999999999\n", "file 67108864\ninactive_file 0x40\n",
+			       "file\ninactive_file\n", "inactive_file -5\nfile 67108864\n"};
+	for (size_t i = 0; i < ARRAY_SIZE(stats); i++) {
+		void *b[NBLOCKS];
+		stage_v2(stats[i]);
+		wait_limit(512 * MiB);
+		make_blocks(b, 0);
+		free_all(b, NBLOCKS);
+		size_t cached = settles_within_rule(b, NBLOCKS, 512 * MiB, 480 * MiB);
+		char shown[64];
+		snprintf(shown, sizeof(shown), "%s", stats[i]);
+		for (char *c = shown; *c; c++)
+			*c = *c == '\n' ? '|' : *c;
+		print_message("memory.stat \"%s\": %zu MiB kept, the usage alone allows %zu\n", shown,
+			      cached >> 20, rule(512 * MiB, 480 * MiB, cached) >> 20);
+		assert_true(cached <= rule(512 * MiB, 480 * MiB, cached));
+		nothing_lost(NULL, 0);
+	}
+	/* a directory where the file should be */
+	void *b[NBLOCKS];
+	stage_v2("");
+	run("mkdir -p '%s/" V2_DIR "/job/memory.stat'", root);
+	wait_limit(512 * MiB);
+	make_blocks(b, 0);
+	free_all(b, NBLOCKS);
+	size_t cached = settles_within_rule(b, NBLOCKS, 512 * MiB, 480 * MiB);
+	assert_true(cached <= rule(512 * MiB, 480 * MiB, cached));
+	nothing_lost(NULL, 0);
+}
+
+/* v1's keys are total_inactive_file and total_cache (the levels below
+ * counted): the plain ones of the level alone are not taken. */
+static void test_v1_working_set(void **state)
+{
+	(void)state;
+	void *b[NBLOCKS];
+	knobs();
+	stage_v1(256 * MiB, 240 * MiB);
+	put(V1_DIR "/app/memory.stat", "cache 0\nrss 1\ninactive_file 0\ntotal_cache %zu\n"
+	    "total_rss 1\ntotal_inactive_file %zu\ntotal_active_file 0\n", GiB, 64 * MiB);
+	wait_limit(256 * MiB);
+	make_blocks(b, 0);
+	free_all(b, NBLOCKS);
+	uint64_t end = harness_now_ms() + WITHIN_MS;
+	size_t cached, lazy;
+	for (;;) {
+		cached = cached_of(b, NBLOCKS);
+		lazy = harness_stat(HP_STAT_CACHED_RECLAIMABLE_BYTES);
+		if (cached <= rule_ws(256 * MiB, 240 * MiB, 64 * MiB, GiB, lazy, cached) || harness_now_ms() >= end)
+			break;
+		harness_sleep_ms(20);
+	}
+	print_message("v1, limit 256 MiB, usage 240 MiB, total_inactive_file 64 MiB: %zu MiB kept, "
+		      "the usage alone allows %zu\n", cached >> 20, rule(256 * MiB, 240 * MiB, cached) >> 20);
+	assert_true(cached <= rule_ws(256 * MiB, 240 * MiB, 64 * MiB, GiB, lazy, cached));
+	assert_true(cached > rule(256 * MiB, 240 * MiB, cached));
+	nothing_lost(NULL, 0);
+}
+
+/* v2 lets the usage go over memory.high (the cgroup is throttled, not
+ * killed): nothing is free then, and there is no room for the cache or
+ * the populate workers -- exactly when the cgroup is over, not a bound
+ * wrapped round to no bound (before, the free path's reading was not
+ * clamped, and nothing noticed).  Each block freed after a reading of the
+ * free path's own is gone from /proc/self/maps at once; a fresh block
+ * filled at a reader's pace has no more resident (smaps) than was
+ * written. */
+static void test_usage_over_limit(void **state)
+{
+	(void)state;
+	knobs();
+	run("rm -rf '%s/proc' '%s/sys'", root, root);
+	put("proc/self/cgroup", "0::/job");
+	put("proc/self/mountinfo", "31 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw");
+	put(V2_DIR "/job/memory.max", "max");
+	put(V2_DIR "/job/memory.high", "%zu", 200 * MiB); /* a limit no other case stages */
+	put(V2_DIR "/job/memory.current", "%zu", 300 * MiB);
+	wait_limit(200 * MiB);
+	void *b[NBLOCKS];
+	make_blocks(b, 0);
+	size_t kept = 0;
+	for (int i = 0; i < NBLOCKS; i++) {
+		harness_sleep_ms(10); /* older than the free path's MEMCG_FRESH_MS: it reads */
+		hp_free(b[i]);
+		hp_release_drain();
+		kept += harness_mapped(b[i], BLOCK);
+	}
+	print_message("memory.current 300 MiB over memory.high 200 MiB: %zu of %d MiB freed still "
+		      "mapped right after their free\n", kept >> 20, (int)(NBLOCKS * BLOCK >> 20));
+	assert_int_equal(kept, 0);
+
+	harness_knob("populate", "2");
+	const size_t size = 256 * MiB, filled = 24 * MiB;
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	char *p = hp_malloc(size);
+	assert_non_null(p);
+	harness_fill_slowly(p, filled, 3, 2);
+	harness_sleep_ms(300);
+	struct harness_smaps sm;
+	assert_int_equal(harness_smaps_range(p, size, &sm), 0);
+	print_message("a fresh block filled %zu MiB at a reader's pace: Rss %zu MiB, populated ahead %llu MiB\n",
+		      filled >> 20, sm.rss >> 20,
+		      (unsigned long long)(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) - ahead) >> 20);
+	assert_int_equal(sm.rss, filled);
+	hp_free(p);
+	nothing_lost(NULL, 0);
+}
+
 /* ---- followed at run time ------------------------------------------------------------ */
 
 static void test_limit_changed(void **state)
@@ -289,9 +486,14 @@ static void test_knob_off(void **state)
 	stage_v1(256 * MiB, 240 * MiB);
 	wait_limit(256 * MiB);
 	harness_knob("cache_memcg", "off");
-	wait_limit(0);
 	make_blocks(b, 0);
 	free_all(b, NBLOCKS);
+	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK);
+	/* the knob is the cache's: the limit is still followed (the populate
+	 * workers' bound, populate.c) */
+	harness_sleep_ms(300);
+	assert_int_equal(harness_stat(HP_STAT_MEMCG_LIMIT_BYTES), 256 * MiB);
+	assert_int_equal(harness_stat(HP_STAT_MEMCG_CACHE_BOUND), 0);
 	assert_int_equal(cached_of(b, NBLOCKS), NBLOCKS * BLOCK);
 	harness_knob("cache_memcg", "on"); /* the janitor gives the excess back */
 	wait_limit(256 * MiB);
@@ -499,6 +701,10 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_v1_bound),
 		HTEST(test_v2_levels),
+		HTEST(test_v2_working_set),
+		HTEST(test_working_set_unreadable),
+		HTEST(test_v1_working_set),
+		HTEST(test_usage_over_limit),
 		HTEST(test_limit_changed),
 		HTEST(test_knob_off),
 		HTEST(test_garbage),

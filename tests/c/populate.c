@@ -9,14 +9,20 @@
 #include "numa_util.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define GROUP_BYTES (16 * MiB)  /* a sentinel group: 8 chunks of 2 MiB */
 #define AHEAD_BYTES (64 * MiB)  /* at most this beyond the last sentinel reached */
 /* what the workers fault once chunks 0 and 1 are resident, before the
- * program reaches another sentinel: chunks 2-7 and 9-15 */
-#define FIRST_WINDOW (13 * 2 * MiB)
+ * program reaches another sentinel: as much as it touched (readahead's
+ * ramp), chunks 2 and 3 */
+#define FIRST_WINDOW (2 * 2 * MiB)
 
 static void knobs(const char *populate)
 {
@@ -65,9 +71,9 @@ static void test_sequential_fill_populated_ahead_on_huge_pages(void **state)
 	char *p = hp_calloc(1, size);
 	assert_non_null(p);
 	harness_fill_slowly(p, 4 * MiB, 1, 0); /* chunks 0 and 1: the workers start */
-	/* while the program pauses they fault the groups they may (0 and 1: 13
-	 * chunks), however loaded the machine: the assertions below do not
-	 * hang on who got a CPU first */
+	/* while the program pauses they fault what they may (chunks 2 and 3),
+	 * however loaded the machine: the assertions below do not hang on who
+	 * got a CPU first */
 	assert_true(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + FIRST_WINDOW, 10000));
 	harness_fill_slowly(p + 4 * MiB, size - 4 * MiB, 1 + 4 * MiB, 1);
 	assert_int_equal(harness_check_filled(p, 4 * MiB, 1), SIZE_MAX);
@@ -83,6 +89,126 @@ static void test_sequential_fill_populated_ahead_on_huge_pages(void **state)
 	assert_true(by_workers <= size - 4 * MiB); /* never the program's first stretch */
 	assert_true(harness_stat(HP_STAT_POPULATE_SAVED_US) > saved);
 	assert_int_equal(populate_threads(), 1);
+	hp_free(p);
+}
+
+/* SigBlk of /proc/self/task/<tid>/status of the first thread named name
+ * (0 and false if none). */
+static bool sigblk_of(const char *name, unsigned long long *mask)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool found = false;
+	assert_non_null(d);
+	while (!found && (e = readdir(d))) {
+		char path[300], line[256], comm[32] = "";
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "re");
+		if (f && fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		if (f)
+			fclose(f);
+		if (strcmp(comm, name) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "SigBlk: %llx", mask) == 1)
+				found = true;
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+static _Atomic long handled_in; /* the thread SIGUSR1's handler ran in, 0: none */
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	atomic_store(&handled_in, (long)syscall(SYS_gettid));
+}
+
+/* The workers block every signal, as the janitor does: the program's
+ * signals are the program's threads' (a handler that runs in a worker runs
+ * where the program never expects it, with hpalloc's locks perhaps held).
+ * Before: with the workers' pthread_sigmask removed nothing noticed.  The
+ * kernel's SigBlk of each, and a SIGUSR1 the program's only thread blocks:
+ * it waits until that thread unblocks it, and runs there. */
+static void test_workers_block_signals(void **state)
+{
+	(void)state;
+	harness_need_thp();
+	knobs("2");
+	char *p = hp_malloc(256 * MiB);
+	assert_non_null(p);
+	harness_fill_slowly(p, 4 * MiB, 1, 0); /* a job: the workers start */
+	assert_true(populate_threads() >= 1);
+	unsigned long long worker = 0, janitor = 0;
+	assert_true(sigblk_of("hpalloc-ahead", &worker));
+	assert_true(sigblk_of("hpalloc-janitor", &janitor));
+	print_message("SigBlk: hpalloc-ahead %016llx, hpalloc-janitor %016llx\n", worker, janitor);
+	const int program_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE,
+				       SIGALRM, SIGTERM, SIGCHLD, SIGWINCH, SIGIO};
+	for (size_t i = 0; i < ARRAY_SIZE(program_signals); i++)
+		assert_true(worker & (1ULL << (program_signals[i] - 1)));
+	assert_true(worker == janitor);
+
+	struct sigaction sa = {.sa_handler = on_usr1}, old;
+	sigset_t usr1, before;
+	sigemptyset(&sa.sa_mask);
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, &usr1, &before), 0);
+	atomic_store(&handled_in, 0);
+	for (int i = 0; i < 10; i++) {
+		kill(getpid(), SIGUSR1); /* to the process: any thread that does not block it */
+		harness_sleep_ms(10);
+	}
+	long early = atomic_load(&handled_in);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &before, NULL), 0); /* delivered here, now */
+	long late = atomic_load(&handled_in);
+	sigaction(SIGUSR1, &old, NULL);
+	print_message("SIGUSR1 blocked by the program's thread: handled in thread %ld meanwhile "
+		      "(0: none), then in %ld (the program's is %ld)\n", early, late, (long)syscall(SYS_gettid));
+	assert_int_equal(early, 0);
+	assert_int_equal(late, (long)syscall(SYS_gettid));
+	hp_free(p);
+}
+
+/* Readahead's ramp: the workers are ahead of the program by no more than
+ * it has touched (AHEAD_BYTES at most), so a block filled only a little
+ * costs little more -- before, 4 MiB touched left 30 MiB resident.  The
+ * block's Rss from smaps after each stretch, the workers given time to do
+ * all they may. */
+static void test_ramp_follows_what_is_touched(void **state)
+{
+	(void)state;
+	harness_need_thp();
+	knobs("2");
+	const size_t size = 1 * GiB, marks[] = {4 * MiB, 16 * MiB, 64 * MiB, 300 * MiB};
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	char *p = hp_malloc(size);
+	assert_non_null(p);
+	size_t done = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(marks); i++) {
+		harness_fill_slowly(p + done, marks[i] - done, 1 + done, 0);
+		done = marks[i];
+		harness_sleep_ms(400); /* within the workers' patience (1 s) */
+		struct harness_smaps sm = smaps_of(p, size);
+		size_t bound = done + (done < AHEAD_BYTES ? done : AHEAD_BYTES);
+		print_message("%3zu MiB touched: Rss %3zu MiB (at most %3zu), populated ahead %llu MiB\n",
+			      done >> 20, sm.rss >> 20, bound >> 20,
+			      (unsigned long long)(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) - ahead) >> 20);
+		assert_true(sm.rss >= done);
+		assert_true(sm.rss <= bound);
+	}
+	assert_true(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > ahead); /* they took part */
+	assert_int_equal(harness_check_filled(p, done, 1), SIZE_MAX);
 	hp_free(p);
 }
 
@@ -205,6 +331,8 @@ int main(int argc, char **argv)
 		HTEST(test_no_thread_without_work), /* first: no worker yet */
 		HTEST(test_sequential_fill_populated_ahead_on_huge_pages),
 		HTEST(test_numa_policy_kept),
+		HTEST(test_ramp_follows_what_is_touched),
+		HTEST(test_workers_block_signals),
 		HTEST(test_sparse_touch_commits_within_bound),
 		HTEST(test_stops_where_program_stops),
 		HTEST(test_untouched_block_never_populated),

@@ -194,6 +194,51 @@ static int child_fork_races(void)
 	return bad;
 }
 
+/* The child has none of the parent's jobs: a job of the parent's is for
+ * the parent's block, and in the child the same addresses are the child's
+ * copy -- its workers would write into it, costing the child a private
+ * copy of every page they fault (before, with the child keeping the
+ * parent's jobs, nothing noticed: its Rss over the parent's block grew
+ * 47 MiB past what it wrote).  The parent's job is populating at the fork;
+ * the child starts workers of its own (a fresh block) and writes on in the
+ * parent's block itself: no more of it is resident than it wrote. */
+static void test_child_drops_parents_jobs(void **state)
+{
+	(void)state;
+	harness_need_thp();
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "1M");
+	harness_knob("populate", "1");
+	const size_t size = 512 * MiB, start = 4 * MiB, upto = 40 * MiB;
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	char *p = hp_malloc(size);
+	assert_non_null(p);
+	harness_fill_slowly(p, start, 1, 0);
+	/* the parent's job populates (chunks 2 and 3) */
+	assert_true(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 4 * MiB, 10000));
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *q = hp_malloc(64 * MiB); /* the child's first block: its workers start */
+		if (!q)
+			_exit(2);
+		harness_fill_slowly(p + 2 * start, upto - 2 * start, 3, 2); /* on, as the parent would */
+		harness_sleep_ms(400);
+		struct harness_smaps sm;
+		if (harness_smaps_range(p, size, &sm) != 0)
+			_exit(3);
+		fprintf(stderr, "child: wrote the parent's block up to %zu MiB: its Rss %zu MiB\n", upto >> 20,
+			sm.rss >> 20);
+		_exit(sm.rss <= upto ? 0 : 1);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	hp_free(p);
+}
+
 static const struct harness_child_case children[] = {
 	{"fork_held", child_fork_held},
 	{"fork_races", child_fork_races},
@@ -218,6 +263,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_fork_with_worker_inside),
 		HTEST(test_forks_race_workers),
+		HTEST(test_child_drops_parents_jobs),
 	};
 	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
 	harness_init(argc, argv);

@@ -4,8 +4,12 @@
 # itself there, and the user's hpctl stats and hpctl -p PID set reach it
 # with no set-up.  Only in an XDG_RUNTIME_DIR that is the user's and private
 # (0700, as the XDG specification requires): otherwise nothing is made and
-# it says why (verbose=1); without XDG_RUNTIME_DIR nothing is made anywhere
-# (no guessable /tmp path), and hpctl says why.  The user: nobody.
+# it says why (verbose=1).  Without XDG_RUNTIME_DIR (a batch job, `su -`,
+# issue 34): /tmp/hpalloc-<uid>, made mode 0700 by the user's first
+# process, found the same way by the library and hpctl, so stats and -p
+# work there too, and hpctl status needs no directory at all; one another
+# user made first, or a symbolic link there, is refused and said, never
+# written into.  The user: nobody.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
 [ "$(id -u)" = 0 ] || skip_test root "switching to another user (nobody) needs root"
@@ -66,19 +70,63 @@ rm -rf "$other"
 ok
 stop
 
-# ---- no XDG_RUNTIME_DIR: nothing made anywhere, and said ------------------------------------------
-touch "$tmp/marker"
-start -u XDG_RUNTIME_DIR HPALLOC_VERBOSE=1
-wait_for "$tmp/kw.err" "no control directory \(not root, and neither HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set\)" 3 ||
-	fail "no reason given without XDG_RUNTIME_DIR: $(cat "$tmp/kw.err")"
+# ---- no XDG_RUNTIME_DIR (a batch job, `su -`): /tmp/hpalloc-<uid>, the user's alone -------------
+TDIR=/tmp/hpalloc-$(id -u nobody)
+# ours to remove: a test machine's nobody runs nothing else of hpalloc's
+trap 'rm -rf "$xdg" "$TDIR"; cleanup' EXIT
+rm -rf "$TDIR"
+run as_user -u XDG_RUNTIME_DIR "$CTLBIN" status
+[ "$rc" = 0 ] || fail "hpctl status without XDG_RUNTIME_DIR: $rc $err"
+contains "$out" "control directory: $TDIR" "hpctl status names the directory without needing it"
+[ ! -e "$TDIR" ] || fail "hpctl status made $TDIR"
 ok
-sleep 0.6 # two janitor ticks
-stop
-# what nobody made since: other tests and programs use /tmp meanwhile
-made=$(find /tmp /var/tmp /dev/shm -maxdepth 1 -user nobody -newer "$tmp/marker" 2>/dev/null)
-[ -z "$made" ] || fail "made without XDG_RUNTIME_DIR: $made"
+start -u XDG_RUNTIME_DIR HPALLOC_VERBOSE=1
+kw_published_within "$TDIR" 3 || fail "nobody's process did not publish itself in $TDIR: $(cat "$tmp/kw.err")"
+[ "$(stat -c '%U %a' "$TDIR")" = "nobody 700" ] ||
+	fail "$TDIR: $(stat -c '%U %a' "$TDIR"), not nobody's alone (700)"
 ok
 run as_user -u XDG_RUNTIME_DIR "$CTLBIN" stats
-[ "$rc" = 1 ] || fail "hpctl stats without XDG_RUNTIME_DIR: $rc"
-contains "$err" "neither HPALLOC_CONTROL_DIR nor XDG_RUNTIME_DIR is set" "hpctl stats without XDG_RUNTIME_DIR"
+[ "$rc" = 0 ] || fail "hpctl stats as nobody without XDG_RUNTIME_DIR: $rc $err"
+contains "$out" "$watch_pid" "nobody's hpctl stats lists its process (batch job)"
+wait_after=$(wc -l <"$tmp/kw.out")
+run as_user -u XDG_RUNTIME_DIR "$CTLBIN" -p "$watch_pid" set threshold=8M
+[ "$rc" = 0 ] || fail "hpctl -p set as nobody without XDG_RUNTIME_DIR: $rc $err"
+wait_for "$tmp/kw.out" '^threshold=8M process' 1 ||
+	fail "hpctl -p $watch_pid set did not reach it: $(cat "$tmp/kw.out")"
+ok
+run as_user -u XDG_RUNTIME_DIR "$CTLBIN" status
+[ "$rc" = 0 ] || fail "hpctl status: $rc $err"
+ok
+stop
+
+# another user's directory under that name (made first, to deny or to
+# watch): refused and said, by the process and by hpctl; nothing published
+# or written there
+rm -rf "$TDIR"
+mkdir -m 0755 "$TDIR" && chown daemon "$TDIR" || fail "cannot plant $TDIR"
+start -u XDG_RUNTIME_DIR HPALLOC_VERBOSE=1
+wait_for "$tmp/kw.err" "not publishing stats: control directory $TDIR: .*(owned by uid|made by another user)" 3 ||
+	fail "no reason given for a $TDIR of daemon's: $(cat "$tmp/kw.err")"
+ok
+sleep 0.6 # two janitor ticks
+[ -z "$(ls -A "$TDIR")" ] || fail "written into daemon's $TDIR: $(ls -A "$TDIR")"
+ok
+stop
+run as_user -u XDG_RUNTIME_DIR "$CTLBIN" stats
+[ "$rc" = 1 ] || fail "hpctl stats with daemon's $TDIR: $rc $out"
+contains "$err" "$TDIR refused" "hpctl stats says why"
+run as_user -u XDG_RUNTIME_DIR "$CTLBIN" set threshold=8M
+[ "$rc" = 1 ] || fail "hpctl set into daemon's $TDIR: $rc"
+[ -z "$(ls -A "$TDIR")" ] || fail "hpctl set wrote into daemon's $TDIR"
+ok
+# a symbolic link planted there: never followed
+rm -rf "$TDIR"
+ln -s "$xdg" "$TDIR"
+start -u XDG_RUNTIME_DIR HPALLOC_VERBOSE=1
+wait_for "$tmp/kw.err" "not publishing stats: control directory $TDIR: is a symbolic link" 3 ||
+	fail "no reason given for a symbolic link at $TDIR: $(cat "$tmp/kw.err")"
+[ ! -e "$xdg/proc" ] || fail "published through the link at $TDIR"
+ok
+stop
+rm -f "$TDIR"
 done_ok

@@ -109,7 +109,7 @@ static void check_dir(size_t len)
 	else if (xdg && *xdg)
 		snprintf(want, sizeof(want), "%s/hpalloc", xdg);
 	else
-		want_errno = ENOENT;
+		snprintf(want, sizeof(want), "/tmp/hpalloc-%u", (unsigned)geteuid());
 	if (!want_errno && strlen(want) >= len)
 		want_errno = ENAMETOOLONG;
 	errno = 0;
