@@ -691,10 +691,10 @@ def run_all(opts, contenders, workloads, base_env, machine):
                     r = {"error": "the kernel gave no %s pages this time"
                          % " or ".join(fmt_pagesize(z) for z in c.pools)}
                 else:
-                    gap = time.monotonic() - last_free
+                    start = time.monotonic()
                     r = run_one(opts, c, w, base_env)
+                    r["gap_s"], r["wall_s"] = start - last_free, time.monotonic() - start
                     last_free = time.monotonic()
-                    r["gap_s"] = gap
                 if c.pools:
                     r["pool_given"] = {fmt_pagesize(z): given.get(z, 0) for z in c.pools}
                     if cold or c is pooled[-1]:
