@@ -44,6 +44,7 @@ the instructions of `np.empty` + free, small and a cached 64 MiB.
 """
 
 import argparse
+import contextlib
 import glob
 import importlib.metadata
 import json
@@ -316,13 +317,14 @@ class Machine:
         path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
         if not os.path.exists(path):
             return 0
-        before = read_int(path)
-        try:
-            write_int(path, before + pages)
-        except OSError:
-            pass
-        got = max(read_int(path) - before, 0)
-        self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
+        with signals_held():
+            before = read_int(path)
+            try:
+                write_int(path, before + pages)
+            except OSError:
+                pass
+            got = max(read_int(path) - before, 0)
+            self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
         return got
 
     def reserve_plan(self, plan):
@@ -334,10 +336,11 @@ class Machine:
 
     def release_pools(self):
         """Give back exactly the pages reserve() added."""
-        for pagesize, added in self.pools_added.items():
-            path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
-            write_int(path, max(read_int(path) - added, 0))
-        self.pools_added = {}
+        with signals_held():
+            for pagesize, added in self.pools_added.items():
+                path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
+                write_int(path, max(read_int(path) - added, 0))
+            self.pools_added = {}
 
     def pools_note(self):
         """What the kernel gave over the run's reservations, per page size."""
@@ -381,6 +384,41 @@ class Machine:
 
 def raise_interrupt(signum, frame):
     raise KeyboardInterrupt("signal %d" % signum)
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP held off while a pool changes size or the
+    bench's processes are being killed, then acted on as they would have
+    been: the kernel stops adding pages at a pending signal, and a
+    KeyboardInterrupt raised midway would leave pages added that
+    pools_added does not count.  Blocked in this thread (the kernel's loop
+    runs on through them) and caught by a handler that only notes them (a
+    signal sent to the process may reach another thread, whose handler
+    Python runs here)."""
+    held = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in INTERRUPTS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        while True:  # taken while blocked: no handler runs at some later moment
+            info = signal.sigtimedwait(INTERRUPTS, 0)
+            if info is None:
+                break
+            held.append(info.si_signo)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if held:
+            handler = old[held[0]]
+            if callable(handler):
+                handler(held[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), held[0])
 
 
 # ---- machine description ----------------------------------------------------------------
@@ -495,21 +533,48 @@ def outcome(opts, argv, env, preexec_fn=None, says=None):
     """(the process's JSON result or {"error": why}) of running argv; with
     says, the lines of its stderr matching that expression in "says"."""
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=opts.timeout,
-                              preexec_fn=preexec_fn)
+        stdout, stderr, returncode = run_process(argv, env, opts.timeout, preexec_fn)
     except subprocess.TimeoutExpired:
         return {"error": "timed out after %d s" % opts.timeout}
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
-        return {"error": "exit %d: %s" % (proc.returncode, tail[:200]), "exit": proc.returncode}
+    if returncode != 0:
+        tail = (stderr.strip().splitlines() or ["exit %d" % returncode])[-1]
+        return {"error": "exit %d: %s" % (returncode, tail[:200]), "exit": returncode}
     try:
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"error": "no result: %r" % proc.stdout[-200:]}
+        return {"error": "no result: %r" % stdout[-200:]}
     if says:
-        r["says"] = sorted({line.strip() for line in proc.stderr.splitlines()
+        r["says"] = sorted({line.strip() for line in stderr.splitlines()
                             if re.search(says, line)})
     return r
+
+
+def run_process(argv, env, timeout, preexec_fn=None):
+    """(stdout, stderr, exit status) of argv.  Whatever ends the wait (a
+    timeout, Ctrl-C, SIGTERM) ends the process and waits until it is gone:
+    it may hold pool pages, which restore() can only give back once they
+    are freed.  (It stays in the bench's process group, where a terminal's
+    Ctrl-C reaches it and tests/run-test finds it if the bench is killed.)"""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec_fn)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        end_process(proc)
+        raise
+    return stdout, stderr, proc.returncode
+
+
+def end_process(proc):
+    """SIGTERM (`hpctl run` passes it on to the program it runs), then
+    SIGKILL if that did not do within 10 s; waits for the end either way."""
+    with signals_held():  # a second Ctrl-C must not cut this short
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def run_in_cgroup(opts, contender, workload, base_env):
@@ -761,11 +826,13 @@ def brief(result, workload):
 # for NumPy's default, each peer and hpalloc: the instructions of
 # opts.callgrind_pairs pairs after a warm-up, less those of the warm-up
 # alone (numpy_workloads.py allocir), per pair.  A count, not a time: the
-# same on a loaded machine.  Main thread: what the program waits for; all
-# threads: with what hpalloc's janitor and populate workers do meanwhile.
-# User-space instructions only: what a system call does in the kernel
-# (NumPy's default maps and unmaps every 64 MiB array) is in the times and
-# faults, not here.
+# same on a loaded machine.  The main thread's only, what the program
+# waits for: other threads also do work driven by the clock (OpenBLAS's
+# spinning workers in PyPI's NumPy, hpalloc's janitor polling its control
+# directory), so a count over all threads swings by thousands per pair
+# from run to run.  User-space instructions only: what a system call does
+# in the kernel (NumPy's default maps and unmaps every 64 MiB array) is in
+# the times and faults, not here.
 
 CALLGRIND_CONTENDERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "libhugetlbfs",
                         "hp-run", "hp-preload")
@@ -786,8 +853,8 @@ def callgrind_totals(directory):
 
 
 def callgrind_run(opts, c, which, base_env, valgrind):
-    """{"main": instructions of the main thread, "all": of every thread}
-    of one allocir process of contender c, or {"error": why}."""
+    """{"main": instructions of the main thread} of one allocir process of
+    contender c, or {"error": why}."""
     scratch = tempfile.mkdtemp(prefix="hpalloc-bench-cg.")
     try:
         argv = (c.command(opts, "allocir")
@@ -803,14 +870,14 @@ def callgrind_run(opts, c, which, base_env, valgrind):
         totals = callgrind_totals(scratch)
         if 1 not in totals:
             return {"error": "callgrind wrote no counts"}
-        return {"main": totals[1], "all": sum(totals.values())}
+        return {"main": totals[1]}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def callgrind_counts(opts, contenders, base_env):
-    """{contender: {"small_ir", "large_ir", "small_ir_all", "large_ir_all",
-    "pairs"} or {"error"}}, or {"_error": why} when valgrind is missing."""
+    """{contender: {"small_ir", "large_ir", "pairs"} or {"error"}}, or
+    {"_error": why} when valgrind is missing."""
     valgrind = shutil.which("valgrind")
     if not valgrind:
         return {"_error": "valgrind is not installed: apt-get install valgrind"}
@@ -828,7 +895,6 @@ def callgrind_counts(opts, contenders, base_env):
             out[c.name] = {"pairs": n}
             for which in ("small", "large"):
                 out[c.name][which + "_ir"] = (runs[which]["main"] - runs["none"]["main"]) / n
-                out[c.name][which + "_ir_all"] = (runs[which]["all"] - runs["none"]["all"]) / n
         say("callgrind %-13s %s" % (c.name, out[c.name].get("error") or
                                    "np.empty(16)+free %.0f, np.empty(64 MiB)+free %.0f instructions"
                                    % (out[c.name]["small_ir"], out[c.name]["large_ir"])))
@@ -843,8 +909,7 @@ def callgrind_table(counts, summary, contenders):
         return ["Not counted: %s." % counts["_error"], ""]
     base = counts.get("numpy", {})
     head = ["contender", "`np.empty(16)` + free: instructions", "÷ NumPy default", "time ns",
-            "cached `np.empty(64 MiB)` + free: instructions", "÷ NumPy default", "time ns",
-            "all threads: small / 64 MiB"]
+            "cached `np.empty(64 MiB)` + free: instructions", "÷ NumPy default", "time ns"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for c in contenders:
         n = counts.get(c.name)
@@ -860,11 +925,10 @@ def callgrind_table(counts, summary, contenders):
             ns = value_of(summary, "allocpath", c.name, time_key)
             cells += [fmt_count(v), "%.2f" % (v / b) if b else "–",
                       fmt_value(ns, "ns") if ns is not None else "–"]
-        cells.append("%s / %s" % (fmt_count(n["small_ir_all"]), fmt_count(n["large_ir_all"])))
         out.append("| " + " | ".join(cells) + " |")
     pairs = next((n["pairs"] for n in counts.values() if "pairs" in n), 0)
-    return out + ["", "(%s pairs per process after %d of warm-up, PYTHONHASHSEED=0; "
-                  "user-space instructions only)" % (fmt_count(pairs), 200), ""]
+    return out + ["", "(%s pairs per process after %d of warm-up, PYTHONHASHSEED=0; the main "
+                  "thread's user-space instructions only)" % (fmt_count(pairs), 200), ""]
 
 
 # ---- summarising ----------------------------------------------------------------------------

@@ -45,9 +45,11 @@ def root():
 
 
 def contenders():
-    """The hugetlb contenders; libhugetlbfs (and so the mount) where
-    Debian's libhugetlbfs0 is installed."""
-    names = ["hp-2M", "glibc-hugetlb"]
+    """Hugetlb contenders that need no hpalloc in their processes (so the
+    test runs alike in a sanitizer build, whose library the bench's plain
+    interpreters cannot load): glibc's hugetlb=2, and libhugetlbfs (and so
+    the mount) where Debian's libhugetlbfs0 is installed."""
+    names = ["glibc-hugetlb"]
     if os.path.exists(LIBHUGETLBFS):
         names.append("libhugetlbfs")
     else:
@@ -86,9 +88,8 @@ def test_pools_given_back_after_each_group(root, tmp_path):
     assert "(1 reservation," in (tmp_path / "results.md").read_text()
     with open(tmp_path / "results.json") as f:
         run = json.load(f)["results"]["gather"]
-    for name in ("hp-2M", "glibc-hugetlb"):
-        assert run[name][0]["pool_given"]["2M"] > 0, run[name]
-        assert run[name][0]["info"]["hugetlb_peak_bytes"] > 0, run[name]
+    glibc = run["glibc-hugetlb"][0]
+    assert glibc["pool_given"]["2M"] > 0 and glibc["info"]["hugetlb_peak_bytes"] > 0, glibc
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -141,3 +142,32 @@ def test_failing_harness_gives_everything_back(root, tmp_path, monkeypatch):
             signal.signal(s, handler)
     assert seen and seen[0][0] > before, "no pool was reserved before the failure: %r" % seen
     assert pool_2m() == before and bench_mounts() == []
+
+
+def test_signal_while_a_pool_grows(root, monkeypatch):
+    """A Ctrl-C while the kernel adds pages to a pool (it stops adding at a
+    pending signal, and the handler raises at once) must not leave pages
+    the bench does not know it added: here the signal comes right after
+    the write, before the bench has counted what it got."""
+    before = pool_2m()
+    machine = nb.Machine()
+    write_int = nb.write_int
+
+    def write_then_signal(path, value):
+        write_int(path, value)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(nb, "write_int", write_then_signal)
+    old = signal.signal(signal.SIGTERM, nb.raise_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            machine.reserve(2 * nb.MiB, 16)
+            # the signal is delivered once the pool's size is counted
+            raise AssertionError("no interrupt")
+        grown = pool_2m()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        monkeypatch.setattr(nb, "write_int", write_int)
+        machine.restore()
+    assert grown > before, "the pool never grew"
+    assert pool_2m() == before, "pool left at %d pages (was %d)" % (pool_2m(), before)

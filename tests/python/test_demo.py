@@ -172,8 +172,12 @@ def check_output(out, plain, preload=False):
     if "arrow" in plain:
         with_, without = rows["pyarrow.allocate_buffer(16M)"]
         check_with(with_, OTHER_SIZE)
-        assert without[0] != "hpalloc", out
-        check_without(without, without[0], plain["arrow"], OTHER_SIZE)
+        # pyarrow's own pool (the mimalloc or jemalloc in its wheel); whether
+        # a 16 MiB buffer of it lands on huge pages depends on what the
+        # process allocated before (seen: 0 and 18 MiB for the same code),
+        # so its column is not compared with the plain process's
+        assert without[0] in ("mimalloc", "jemalloc", "system"), out
+        huge(without, False)
     else:
         assert rows["pyarrow.allocate_buffer"][0] == ["(pyarrow", "is", "not", "installed)"]
 
