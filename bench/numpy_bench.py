@@ -4,7 +4,8 @@ machine as users have it.
 
     numpy_bench.py [--quick] [--out DIR] [--pythonpath DIR] [--libdir DIR]
                    [--hpctl PATH] [--contenders a,b] [--workloads x,y]
-                   [--rounds N] [--pools] [--hold-page-reporting]
+                   [--rounds N] [--no-pools] [--hold-page-reporting]
+                   [--cold-gap S] [--no-callgrind | --callgrind-only]
 
 Each workload runs in its own process per contender (numpy_workloads.py),
 contenders interleaved (A B C ... then reversed, round after round) so drift
@@ -19,20 +20,38 @@ workload (named in the report).  Writes DIR/results.json (every sample),
 DIR/results.md (tables + machine) and DIR/results.png (chart), and prints
 the headline table.
 
-The machine is left as users have it: no hugetlb pool reserved and the
-VM's free page reporting left on.  --pools adds the hugetlb contenders
-(pools reserved for the run: pages added to what is there and exactly those
-taken back) and a private hugetlbfs mount for libhugetlbfs;
+The machine is left as users have it: the VM's free page reporting left
+on, and no hugetlb pool reserved while NumPy, the peers and hpalloc's
+default knobs run.  Run as root, the hugetlb contenders (hpalloc on 2 MiB
+and 1 GiB pages, glibc's hugetlb=2, libhugetlbfs on a private hugetlbfs
+mount) run too, each workload's group of them on pools reserved just
+before it and given back right after (pages added to what is there and
+exactly those taken back; --no-pools leaves them out);
 --hold-page-reporting holds free page reporting off for the run (memory
-freed seconds ago is then not cold again).  Both are put back afterwards,
-also on Ctrl-C or SIGTERM.
+freed seconds ago is then not cold again).  All is put back afterwards,
+also on Ctrl-C, SIGTERM or a failure.
+
+The first touch has two rows: warm (zeros1G's first call, its process
+started right after the previous one ended: it meets memory freed a moment
+ago) and cold (zeros1G-cold, every process started --cold-gap seconds, at
+least 3, after the last one ended: memory the VM has given back to its
+host, as a user's script meets it).  Each row's verdict against NumPy's
+default and the best peer comes from a 95 % bootstrap interval of the ratio
+of medians over the processes (10 per contender in a full run): "ahead" or
+"behind" only when it excludes 1, "not slower" only when its upper end is
+at most 1.02.  Beside the times: minor faults, and (valgrind's callgrind)
+the instructions of `np.empty` + free, small and a cached 64 MiB.
 """
 
 import argparse
+import contextlib
+import glob
 import importlib.metadata
 import json
 import os
 import platform
+import random
+import re
 import shutil
 import signal
 import statistics
@@ -65,16 +84,20 @@ class Contender:
     program), "hpctl" (`hpctl run`), "hpctl-preload" (`hpctl run
     --preload`), None (not hpalloc).  per_workload: workload -> (run,
     [KNOB=VALUE, ...]) for the contenders whose configuration depends on the
-    workload (hp-best); it runs only those workloads."""
+    workload (hp-best); it runs only those workloads.  pools: the hugetlb
+    page sizes (bytes) it needs reserved, () for none.  says: a regular
+    expression for the lines of its stderr worth keeping in the report
+    (what libhugetlbfs says it does)."""
 
     def __init__(self, name, label, env=None, preload=None, package=None,
-                 run=None, pools=False, per_workload=None, only=None):
+                 run=None, pools=(), per_workload=None, only=None, says=None):
         self.name, self.label = name, label
         self.env = dict(env or {})
         self.preload, self.package = preload, package
         self.run = run
         self.hpalloc = run is not None or per_workload is not None
-        self.pools = pools  # needs --pools
+        self.pools = tuple(pools)  # hugetlb page sizes it needs reserved
+        self.says = says
         self.per_workload = per_workload
         self.only = only  # the workloads a peer's switch applies to (None: all)
         self.skip_reason = None
@@ -100,7 +123,8 @@ class Contender:
         run = self.how(workload)[0]
         if self.preload:
             env["LD_PRELOAD"] = self.preload
-            env["HPALLOC_BENCH_PRELOADED"] = os.path.basename(self.preload)
+            # as /proc/self/maps names it (libhugetlbfs.so.0 is libhugetlbfs-2.23.so)
+            env["HPALLOC_BENCH_PRELOADED"] = os.path.basename(os.path.realpath(self.preload))
         if run == "numpy":
             env["HPALLOC_NUMPY"] = "1"
         if run == "hpctl-preload":
@@ -116,9 +140,9 @@ class Contender:
                 + knobs + ["--"])
 
 
-def hp(name, label, **knobs):
+def hp(name, label, pools, **knobs):
     env = {"HPALLOC_" + k.upper(): v for k, v in knobs.items()}
-    return Contender(name, label, env=env, run="numpy", pools=True)
+    return Contender(name, label, env=env, run="numpy", pools=pools)
 
 
 # hpalloc's best configuration for a workload where it is neither `hpctl
@@ -157,7 +181,7 @@ def all_contenders():
         Contender("glibc-thp", "glibc, GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
                   env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}),
         Contender("glibc-hugetlb", "glibc, GLIBC_TUNABLES=glibc.malloc.hugetlb=2 (pool)",
-                  env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"}, pools=True),
+                  env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"}, pools=(2 * MiB,)),
         # PyTorch >= 2.2: madvise(MADV_HUGEPAGE) on its CPU buffers >= 2 MiB
         Contender("torch-thp", "PyTorch, THP_MEM_ALLOC_ENABLE=1",
                   env={"THP_MEM_ALLOC_ENABLE": "1"}, only={"torch"}),
@@ -167,15 +191,19 @@ def all_contenders():
                   package="libjemalloc2"),
         Contender("mimalloc", "mimalloc, large OS pages", preload=lib("libmimalloc.so.2"),
                   package="libmimalloc2.0", env={"MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}),
+        # HUGETLB_VERBOSE=3: it says on stderr what it set up, and what not
         Contender("libhugetlbfs", "libhugetlbfs, HUGETLB_MORECORE=yes",
                   preload=lib("libhugetlbfs.so.0"), package="libhugetlbfs0",
-                  env={"HUGETLB_MORECORE": "yes"}, pools=True),
+                  env={"HUGETLB_MORECORE": "yes", "HUGETLB_VERBOSE": "3"}, pools=(2 * MiB,),
+                  says=r"morecore|WARNING|ERROR"),
         Contender("hp-run", "hpalloc, default knobs (`hpctl run`)", run="hpctl"),
         Contender("hp-preload", "hpalloc, `hpctl run --preload`", run="hpctl-preload"),
         best_contender(),
-        hp("hp-2M", "hpalloc mode=hugetlb pagesize=2M (pool)", mode="hugetlb", pagesize="2M"),
-        hp("hp-1G", "hpalloc mode=hugetlb pagesize=1G (pool)", mode="hugetlb", pagesize="1G"),
-        hp("hp-auto", "hpalloc mode=auto (pool)", mode="auto"),
+        hp("hp-2M", "hpalloc mode=hugetlb pagesize=2M (pool)", (2 * MiB,),
+           mode="hugetlb", pagesize="2M"),
+        hp("hp-1G", "hpalloc mode=hugetlb pagesize=1G (pool)", (GiB,),
+           mode="hugetlb", pagesize="1G"),
+        hp("hp-auto", "hpalloc mode=auto (pools)", (2 * MiB, GiB), mode="auto"),
     ]
 
 
@@ -207,6 +235,8 @@ WORKLOADS = [
     ("temp1M", "temporaries, 1 MiB, ÷ in-place", "ratio", "×"),
     ("small", "small `x + y`, 128 elements", "ns_per_op", "ns"),
     ("zeros1G", "`np.zeros(1 GiB); a += 1`", "s", "s"),
+    ("zeros1G-cold", "`np.zeros(1 GiB); a += 1`, first touch, cold (process started "
+     "≥ --cold-gap s after the last one ended)", "s", "s"),
     ("sparse8G", "`np.zeros(8 GiB)` touched at 1 %: memory committed", "committed_mib", "MiB"),
     ("gather", "20 M random `take` from 4 GiB", "s", "s"),
     ("threads", "2 threads × 40 × (`np.ones(64 MiB)`, `*= 2`, free)", "s", "s"),
@@ -232,7 +262,11 @@ CGROUP_LIMIT = 1638 * MiB  # 1.6 GiB: what the issue's program needs is about 1 
 CGROUP_PREFIX = "hpalloc-bench-"
 # The first touch of a fresh block (issue 27): who populates it, how fast,
 # and what it commits of a block touched sparsely.
-FIRST_TOUCH = ("zeros1G", "sparse8G")
+FIRST_TOUCH = ("zeros1G", "zeros1G-cold", "sparse8G")
+# Started at least --cold-gap seconds after the last process ended (issue
+# 35): the VM has given the memory freed then back to its host.
+COLD_WORKLOADS = {"zeros1G-cold"}
+COLD_GAP_MIN = 3.0
 # Workloads with a memory bound of their own (targets), not NumPy's peak.
 OWN_BOUND = {"sparse8G"}
 APPS = {"groupby", "merge", "kmeans", "fft", "pipeline", "numba", "torch", "dask"}
@@ -261,6 +295,7 @@ class Machine:
 
     def __init__(self):
         self.pools_added = {}   # pagesize -> pages we added
+        self.given = []         # per reservation: {pagesize: (asked, got)}
         self.mount = None
         self.reporting_old = None
         self.notes = []
@@ -282,14 +317,46 @@ class Machine:
         path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
         if not os.path.exists(path):
             return 0
-        before = read_int(path)
-        try:
-            write_int(path, before + pages)
-        except OSError:
-            pass
-        got = max(read_int(path) - before, 0)
-        self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
+        with signals_held():
+            before = read_int(path)
+            try:
+                write_int(path, before + pages)
+            except OSError:
+                pass
+            got = max(read_int(path) - before, 0)
+            self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
         return got
+
+    def reserve_plan(self, plan):
+        """Reserve every pool of plan ({pagesize: pages}); {pagesize: got},
+        also remembered for the report (how many pages the kernel gave)."""
+        got = {size: self.reserve(size, pages) for size, pages in plan.items()}
+        self.given.append({size: (plan[size], got[size]) for size in plan})
+        return got
+
+    def release_pools(self):
+        """Give back exactly the pages reserve() added."""
+        with signals_held():
+            for pagesize, added in self.pools_added.items():
+                path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
+                write_int(path, max(read_int(path) - added, 0))
+            self.pools_added = {}
+
+    def pools_note(self):
+        """What the kernel gave over the run's reservations, per page size."""
+        parts = []
+        for size in sorted({z for g in self.given for z in g}):
+            asked = [g[size][0] for g in self.given if size in g]
+            got = [g[size][1] for g in self.given if size in g]
+            parts.append("%s: %s of %d pages asked" % (
+                "1 GiB" if size == GiB else "2 MiB",
+                "%d" % got[0] if min(got) == max(got) else "%d–%d" % (min(got), max(got)),
+                max(asked)))
+        n = len(self.given)
+        return ("hugetlb pools reserved around each workload's hugetlb contenders only "
+                "(%d reservation%s, each given back after its group; in the cold row one per "
+                "process); the kernel gave %s"
+                % (n, "" if n == 1 else "s", "; ".join(parts))) if parts else None
 
     def mount_hugetlbfs(self):
         self.mount = tempfile.mkdtemp(prefix="hpalloc-bench-hugetlbfs.")
@@ -312,14 +379,46 @@ class Machine:
             except OSError as exc:
                 say("could not remove %s: %s" % (self.mount, exc))
             self.mount = None
-        for pagesize, added in self.pools_added.items():
-            path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
-            write_int(path, max(read_int(path) - added, 0))
-        self.pools_added = {}
+        self.release_pools()
 
 
 def raise_interrupt(signum, frame):
     raise KeyboardInterrupt("signal %d" % signum)
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP held off while a pool changes size or the
+    bench's processes are being killed, then acted on as they would have
+    been: the kernel stops adding pages at a pending signal, and a
+    KeyboardInterrupt raised midway would leave pages added that
+    pools_added does not count.  Blocked in this thread (the kernel's loop
+    runs on through them) and caught by a handler that only notes them (a
+    signal sent to the process may reach another thread, whose handler
+    Python runs here)."""
+    held = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in INTERRUPTS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        while True:  # taken while blocked: no handler runs at some later moment
+            info = signal.sigtimedwait(INTERRUPTS, 0)
+            if info is None:
+                break
+            held.append(info.si_signo)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if held:
+            handler = old[held[0]]
+            if callable(handler):
+                handler(held[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), held[0])
 
 
 # ---- machine description ----------------------------------------------------------------
@@ -427,23 +526,55 @@ def run_one(opts, contender, workload, base_env):
     if workload in CGROUP_WORKLOADS:
         return run_in_cgroup(opts, contender, workload, base_env)
     return outcome(opts, contender.command(opts, workload) + worker_args(opts, workload),
-                   contender.environment(base_env, workload))
+                   contender.environment(base_env, workload), says=contender.says)
 
 
-def outcome(opts, argv, env, preexec_fn=None):
-    """(the process's JSON result or {"error": why}) of running argv."""
+def outcome(opts, argv, env, preexec_fn=None, says=None):
+    """(the process's JSON result or {"error": why}) of running argv; with
+    says, the lines of its stderr matching that expression in "says"."""
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=opts.timeout,
-                              preexec_fn=preexec_fn)
+        stdout, stderr, returncode = run_process(argv, env, opts.timeout, preexec_fn)
     except subprocess.TimeoutExpired:
         return {"error": "timed out after %d s" % opts.timeout}
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
-        return {"error": "exit %d: %s" % (proc.returncode, tail[:200]), "exit": proc.returncode}
+    if returncode != 0:
+        tail = (stderr.strip().splitlines() or ["exit %d" % returncode])[-1]
+        return {"error": "exit %d: %s" % (returncode, tail[:200]), "exit": returncode}
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        r = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"error": "no result: %r" % proc.stdout[-200:]}
+        return {"error": "no result: %r" % stdout[-200:]}
+    if says:
+        r["says"] = sorted({line.strip() for line in stderr.splitlines()
+                            if re.search(says, line)})
+    return r
+
+
+def run_process(argv, env, timeout, preexec_fn=None):
+    """(stdout, stderr, exit status) of argv.  Whatever ends the wait (a
+    timeout, Ctrl-C, SIGTERM) ends the process and waits until it is gone:
+    it may hold pool pages, which restore() can only give back once they
+    are freed.  (It stays in the bench's process group, where a terminal's
+    Ctrl-C reaches it and tests/run-test finds it if the bench is killed.)"""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec_fn)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        end_process(proc)
+        raise
+    return stdout, stderr, proc.returncode
+
+
+def end_process(proc):
+    """SIGTERM (`hpctl run` passes it on to the program it runs), then
+    SIGKILL if that did not do within 10 s; waits for the end either way."""
+    with signals_held():  # a second Ctrl-C must not cut this short
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def run_in_cgroup(opts, contender, workload, base_env):
@@ -462,7 +593,7 @@ def run_in_cgroup(opts, contender, workload, base_env):
         env["HPALLOC_BENCH_LIMIT"] = str(CGROUP_LIMIT)
         env["HPALLOC_BENCH_CGROUP_USAGE"] = cg.file("memory.usage_in_bytes", "memory.current")
         r = outcome(opts, contender.command(opts, workload) + worker_args(opts, workload), env,
-                    preexec_fn=cg.join)
+                    preexec_fn=cg.join, says=contender.says)
         facts = {"version": cg.version, "limit": CGROUP_LIMIT if limited else None,
                  "peak": cg.peak(), "oom_kills": cg.oom_kills(), "limit_hits": cg.limit_hits()}
     finally:
@@ -498,7 +629,8 @@ def check_peers(contenders, opts):
         if c.preload and not os.path.exists(c.preload):
             c.skip_reason = ("%s not found: apt-get install %s" % (c.preload, c.package))
         elif c.pools and not opts.pools:
-            c.skip_reason = "needs a hugetlb pool (--pools)"
+            c.skip_reason = ("left out (--no-pools)" if os.geteuid() == 0 else
+                             "needs a hugetlb pool, which only root can reserve: run as root")
         elif c.uses_hpctl() and not opts.hpctl:
             c.skip_reason = "no hpctl to run it with (--hpctl)"
         elif c.name == "torch-thp" and not torch_has_thp_switch():
@@ -545,24 +677,30 @@ def missing_cgroup(workloads):
     return {w: why for w in wants} if why else {}
 
 
-def pool_plan(opts):
-    """Pages per pool for the hugetlb contenders: the gather array plus its
-    index, result and temporaries (2M); for 1G every array >= threshold takes
-    at least a whole page."""
-    return {2 * MiB: (opts.gather_bytes + 5 * GiB // 4) // (2 * MiB),
+def pool_plan(opts, sizes):
+    """Pages per pool (of the page sizes a group of contenders needs) for
+    the hugetlb contenders: the gather array plus its index, result and
+    temporaries (2M); for 1G every array >= threshold takes at least a
+    whole page."""
+    plan = {2 * MiB: (opts.gather_bytes + 5 * GiB // 4) // (2 * MiB),
             GiB: opts.gather_bytes // GiB + 4}
+    return {size: pages for size, pages in plan.items() if size in sizes}
 
 
 def prepare(opts, machine, contenders):
-    """The machine as users have it, unless asked: pools (--pools) and page
-    reporting held off (--hold-page-reporting, with a pre-touch of guest
-    memory: memory the host has handed over once stays handed over)."""
+    """The machine as users have it, unless asked: page reporting held off
+    (--hold-page-reporting, with a pre-touch of guest memory: memory the
+    host has handed over once stays handed over).  The pools of the hugetlb
+    contenders are reserved around their processes (run_all); their
+    hugetlbfs mount, for libhugetlbfs, is made here for the run."""
     hugetlb_users = [c for c in contenders if c.pools and not c.skip_reason]
-    if (opts.pools or opts.hold_page_reporting) and os.geteuid() != 0:
-        sys.exit("bench: --pools and --hold-page-reporting change the machine: run as root")
-    if not opts.pools:
-        machine.notes.append("no hugetlb pool reserved (as on a machine nobody prepared): "
-                             "hpalloc's default mode=auto uses transparent huge pages")
+    if opts.hold_page_reporting and os.geteuid() != 0:
+        sys.exit("bench: --hold-page-reporting changes the machine: run as root")
+    machine.notes.append("no hugetlb pool reserved while NumPy, the peers and hpalloc's default "
+                         "knobs run (as on a machine nobody prepared): hpalloc's default "
+                         "mode=auto uses transparent huge pages"
+                         + (" (the hugetlb contenders' rows: pools reserved around their "
+                            "processes only)" if hugetlb_users else ""))
     if opts.hold_page_reporting:
         machine.hold_page_reporting()
         spare = mem_available() - 3 * GiB
@@ -571,16 +709,6 @@ def prepare(opts, machine, contenders):
         machine.notes.append("free page reporting left on (page_reporting_order %d): memory freed "
                              "a few seconds ago is cold again, as on cloud VMs"
                              % read_int(PAGE_REPORTING))
-    if not hugetlb_users:
-        return
-    for pagesize, pages in pool_plan(opts).items():
-        got = machine.reserve(pagesize, pages)
-        machine.notes.append("hugetlb pool %s: %d of %d pages reserved for the run"
-                             % ("1G" if pagesize == GiB else "2M", got, pages))
-        if pagesize == GiB and got == 0:
-            for c in contenders:
-                if c.name == "hp-1G":
-                    c.skip_reason = "the kernel gave no 1 GiB pages"
     if any(c.name == "libhugetlbfs" for c in hugetlb_users):
         mount = machine.mount_hugetlbfs()
         for c in contenders:
@@ -593,23 +721,59 @@ def prepare(opts, machine, contenders):
 
 # ---- the run ------------------------------------------------------------------------------
 
-def run_all(opts, contenders, workloads, base_env):
-    """results[workload][contender] = list of per-process results."""
+def run_all(opts, contenders, workloads, base_env, machine):
+    """results[workload][contender] = list of per-process results.  Each
+    result records gap_s, how long after the last process ended (or the
+    pools were given back: memory freed) it started; a cold workload's
+    process waits until that is opts.cold_gap.  The hugetlb contenders of a
+    workload run side by side, on pools reserved just before the first of
+    them and given back right after the last (pool_given: what the kernel
+    gave), so that no other contender ever meets a pool.  In a cold
+    workload each of them reserves its own, after the gap: pages a pool
+    holds are never reported to the host, so pages a process freed into
+    the pool, or a pool reserved before the gap took while they were still
+    warm, would be warm."""
     results = {w: {c.name: [] for c in contenders} for w, *_ in workloads}
     total = opts.rounds * sum(len(runs_for(w, contenders)) for w, *_ in workloads)
     done, t0 = 0, time.monotonic()
+    last_free = time.monotonic()  # the harness's own probes have just ended
     for rnd in range(opts.rounds):
         for w, *_ in workloads:
             order = runs_for(w, contenders)
+            order = [c for c in order if not c.pools] + [c for c in order if c.pools]
             if rnd % 2:
                 order.reverse()
+            pooled = [c for c in order if c.pools]
+            given = None
+            cold = w in COLD_WORKLOADS
             for c in order:
-                r = run_one(opts, c, w, base_env)
+                if cold:
+                    time.sleep(max(0.0, opts.cold_gap - (time.monotonic() - last_free)))
+                if c.pools and given is None:
+                    sizes = c.pools if cold else {z for p in pooled for z in p.pools}
+                    given = machine.reserve_plan(pool_plan(opts, sizes))
+                if c.pools and not any(given.get(z) for z in c.pools):
+                    r = {"error": "the kernel gave no %s pages this time"
+                         % " or ".join(fmt_pagesize(z) for z in c.pools)}
+                else:
+                    start = time.monotonic()
+                    r = run_one(opts, c, w, base_env)
+                    r["gap_s"], r["wall_s"] = start - last_free, time.monotonic() - start
+                    last_free = time.monotonic()
+                if c.pools:
+                    r["pool_given"] = {fmt_pagesize(z): given.get(z, 0) for z in c.pools}
+                    if cold or c is pooled[-1]:
+                        machine.release_pools()
+                        last_free, given = time.monotonic(), None
                 results[w][c.name].append(r)
                 done += 1
                 say("[%d/%d %4.0fs] round %d %-9s %-13s %s"
                     % (done, total, time.monotonic() - t0, rnd + 1, w, c.name, brief(r, w)))
     return results
+
+
+def fmt_pagesize(size):
+    return "1G" if size == GiB else "2M"
 
 
 # Who runs which workload: the allocation-path workload only NumPy's
@@ -621,17 +785,24 @@ def run_all(opts, contenders, workloads, base_env):
 # (the activations issue 25 found OOM-killed).
 CGROUP_CONTENDERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "hp-run",
                      "hp-preload")
+# The allocation path's time: NumPy's default, the peers a user preloads or
+# switches on, hpalloc as `hpctl run` has it, and the control pair.
+ALLOCPATH_CONTENDERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "hp-run")
 
 
 def wanted(workload, c):
     if workload in CONTROL_ONLY:
-        return c.name == "numpy" or c.name.endswith("ctl")
+        return c.name in ALLOCPATH_CONTENDERS or c.name.endswith("ctl")
     if c.name.endswith("ctl") or not c.runs(workload):
         return False
     if workload in CGROUP_WORKLOADS:
         return c.name in CGROUP_CONTENDERS
     if workload in APPS:
         return c.name != "numpy-nomadv" and not c.pools
+    if workload == "sparse8G" and c.pools:
+        # a hugetlb mapping takes its whole pool share at mmap, by design
+        # (smaps Rss does not count hugetlb pages): the row is about THP
+        return False
     return c.name not in ("hp-preload", "hp-best")
 
 
@@ -647,6 +818,117 @@ def brief(result, workload):
         return ("KILLED " if result.get("killed") else "ERROR ") + result["error"] + where
     metric = next(m for w, _, m, _ in WORKLOADS if w == workload)
     return "%s=%.4g%s" % (metric, statistics.median(result["metrics"][metric]), where)
+
+
+# ---- instructions of the allocation path (callgrind, issue 35) ------------------------------------
+# `np.empty` + free, 16 elements and 64 MiB (a cache hit for a caching
+# allocator), in a process of its own under `valgrind --tool=callgrind`,
+# for NumPy's default, each peer and hpalloc: the instructions of
+# opts.callgrind_pairs pairs after a warm-up, less those of the warm-up
+# alone (numpy_workloads.py allocir), per pair.  A count, not a time: the
+# same on a loaded machine.  The main thread's only, what the program
+# waits for: other threads also do work driven by the clock (OpenBLAS's
+# spinning workers in PyPI's NumPy, hpalloc's janitor polling its control
+# directory), so a count over all threads swings by thousands per pair
+# from run to run.  User-space instructions only: what a system call does
+# in the kernel (NumPy's default maps and unmaps every 64 MiB array) is in
+# the times and faults, not here.
+
+CALLGRIND_CONTENDERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "libhugetlbfs",
+                        "hp-run", "hp-preload")
+
+
+def callgrind_totals(directory):
+    """{thread: instructions} of the one process callgrind wrote to
+    directory (--separate-threads=yes: one file per thread, "-NN")."""
+    totals = {}
+    for path in glob.glob(os.path.join(directory, "cg.*")):
+        m = re.search(r"-(\d+)$", path)
+        with open(path) as f:
+            for line in f:
+                if line.startswith("totals:"):
+                    totals[int(m.group(1)) if m else 1] = int(line.split()[1])
+                    break
+    return totals
+
+
+def callgrind_run(opts, c, which, base_env, valgrind):
+    """{"main": instructions of the main thread} of one allocir process of
+    contender c, or {"error": why}."""
+    scratch = tempfile.mkdtemp(prefix="hpalloc-bench-cg.")
+    try:
+        argv = (c.command(opts, "allocir")
+                + [valgrind, "--tool=callgrind", "--separate-threads=yes",
+                   "--callgrind-out-file=" + os.path.join(scratch, "cg.%p")]
+                + [PYTHON, WORKER, "allocir", "--which", which,
+                   "--count", str(opts.callgrind_pairs)])
+        env = c.environment(base_env, "allocir")
+        env["PYTHONHASHSEED"] = "0"  # the interpreter's own work alike in every run
+        r = outcome(opts, argv, env)
+        if "error" in r:
+            return r
+        totals = callgrind_totals(scratch)
+        if 1 not in totals:
+            return {"error": "callgrind wrote no counts"}
+        return {"main": totals[1]}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def callgrind_counts(opts, contenders, base_env):
+    """{contender: {"small_ir", "large_ir", "pairs"} or {"error"}}, or
+    {"_error": why} when valgrind is missing."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return {"_error": "valgrind is not installed: apt-get install valgrind"}
+    out = {}
+    for c in contenders:
+        if c.name not in CALLGRIND_CONTENDERS or c.skip_reason:
+            continue
+        runs = {which: callgrind_run(opts, c, which, base_env, valgrind)
+                for which in ("none", "small", "large")}
+        errors = [r["error"] for r in runs.values() if "error" in r]
+        if errors:
+            out[c.name] = {"error": errors[0]}
+        else:
+            n = opts.callgrind_pairs
+            out[c.name] = {"pairs": n}
+            for which in ("small", "large"):
+                out[c.name][which + "_ir"] = (runs[which]["main"] - runs["none"]["main"]) / n
+        say("callgrind %-13s %s" % (c.name, out[c.name].get("error") or
+                                   "np.empty(16)+free %.0f, np.empty(64 MiB)+free %.0f instructions"
+                                   % (out[c.name]["small_ir"], out[c.name]["large_ir"])))
+    return out
+
+
+def callgrind_table(counts, summary, contenders):
+    """Instructions per pair beside the allocpath workload's times."""
+    if not counts:
+        return []
+    if "_error" in counts:
+        return ["Not counted: %s." % counts["_error"], ""]
+    base = counts.get("numpy", {})
+    head = ["contender", "`np.empty(16)` + free: instructions", "÷ NumPy default", "time ns",
+            "cached `np.empty(64 MiB)` + free: instructions", "÷ NumPy default", "time ns"]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for c in contenders:
+        n = counts.get(c.name)
+        if n is None:
+            continue
+        if "error" in n:
+            out.append("| %s | failed: %s |" % (c.label, n["error"]) + " |" * (len(head) - 2))
+            continue
+        cells = [c.label]
+        # allocpath's times: large_ns is its primary metric, small_ns an extra one
+        for which, time_key in (("small", "small_ns"), ("large", None)):
+            v, b = n[which + "_ir"], base.get(which + "_ir")
+            ns = value_of(summary, "allocpath", c.name, time_key)
+            cells += [fmt_count(v), "%.2f" % (v / b) if b else "–",
+                      fmt_value(ns, "ns") if ns is not None else "–"]
+        out.append("| " + " | ".join(cells) + " |")
+    pairs = next((n["pairs"] for n in counts.values() if "pairs" in n), 0)
+    return out + ["", "(%s pairs per process after %d of warm-up, PYTHONHASHSEED=0; the main "
+                  "thread's user-space instructions only)" % (fmt_count(pairs), 200), ""]
 
 
 # ---- summarising ----------------------------------------------------------------------------
@@ -669,12 +951,21 @@ def summarize(results):
                 continue
             values = [statistics.median(r["metrics"][metric]) for r in ok]
             s = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                 "n": len(values), "peak": statistics.median(r["peak_bytes"] for r in ok),
-                 "info": ok[-1]["info"], "errors": errors, "extra": {}}
+                 "n": len(values), "values": values,
+                 "peak": statistics.median(r["peak_bytes"] for r in ok),
+                 "info": ok[-1]["info"], "errors": errors, "extra": {}, "extra_values": {}}
             for m in ok[0]["metrics"]:
                 if m != metric:
-                    s["extra"][m] = statistics.median(statistics.median(r["metrics"][m]) for r in ok)
+                    per = [statistics.median(r["metrics"][m]) for r in ok if m in r["metrics"]]
+                    s["extra_values"][m] = per
+                    s["extra"][m] = statistics.median(per)
             s["faults"] = s["extra"].get("faults")
+            gaps = [r["gap_s"] for r in ok if "gap_s" in r]
+            s["gap"] = (min(gaps), max(gaps)) if gaps else None
+            s["says"] = sorted({line for r in ok for line in r.get("says", [])})
+            given = [r["pool_given"] for r in runs if "pool_given" in r]
+            s["pool_given"] = {z: (min(g[z] for g in given), max(g[z] for g in given))
+                               for z in (given[0] if given else {})}
             s.update(cgroup)
             summary[w][name] = s
     return summary
@@ -716,6 +1007,14 @@ def fmt_count(n):
     return "{:,}".format(int(round(n))) if n is not None else "–"
 
 
+def fmt_gap(gap):
+    """(min, max) seconds between the last process's end and a start."""
+    if not gap:
+        return "–"
+    lo, hi = gap
+    return "%.1f" % lo if round(lo, 1) == round(hi, 1) else "%.1f–%.1f" % (lo, hi)
+
+
 def notes_for(name, s):
     info, notes = s.get("info", {}), []
     stats = info.get("stats") or {}
@@ -730,8 +1029,13 @@ def notes_for(name, s):
         notes.append("cache hits %s" % fmt_count(stats["cache_hits"]))
     if stats.get("memcg_released_bytes"):
         notes.append("given back for the cgroup %s" % fmt_bytes(stats["memcg_released_bytes"]))
-    if name == "libhugetlbfs":
-        notes.append("hugetlb used: %s" % fmt_bytes(info.get("hugetlb_peak_bytes", 0)))
+    if s.get("pool_given"):
+        notes.append("hugetlb used: %s; pool pages the kernel gave: %s" % (
+            fmt_bytes(info.get("hugetlb_peak_bytes", 0)),
+            ", ".join("%s %s" % (lo if lo == hi else "%d–%d" % (lo, hi), z)
+                      for z, (lo, hi) in sorted(s["pool_given"].items()))))
+    if s.get("says"):
+        notes.append("it says: " + " / ".join("“%s”" % line for line in s["says"]))
     if info.get("ballast"):
         notes.append("ballast " + info["ballast"])
     if s.get("errors"):
@@ -755,7 +1059,12 @@ def workload_table(w, title, unit, summary, contenders):
         extra_cols = [("ratio_same_footprint", "÷ in-place, same cache footprint"),
                       ("us_per_op", "µs per `a + b`")]
     if w == "zeros1G":
-        extra_cols = [("cold_s", "first call s"), ("cold_faults", "first call faults")]
+        extra_cols = [("first_s", "first call (warm) s"), ("first_faults", "first call faults"),
+                      ("_gap", "started s after the last process ended")]
+    if w == "zeros1G-cold":
+        extra_cols = [("huge_now_mib", "on huge pages right after, MiB"),
+                      ("huge_later_mib", "… %g s later (or once 90 %%), MiB" % 2.0),
+                      ("_gap", "started s after the last process ended")]
     if w == "sparse8G":
         extra_cols = [("anon_huge_mib", "of it AnonHugePages MiB"), ("s", "touch s")]
     if w == "allocpath":
@@ -790,10 +1099,13 @@ def workload_table(w, title, unit, summary, contenders):
         if cg_cols:
             cells += cgroup_cells(s)
         for key, _ in extra_cols:
+            if key == "_gap":
+                cells.append(fmt_gap(s.get("gap")))
+                continue
             v = s["extra"].get(key)
             cells.append(fmt_count(v) if "faults" in key else fmt_bytes(v) if key.endswith("_bytes") else
-                         fmt_value(v, {"small_ns": "ns", "ratio_same_footprint": "×",
-                                       "anon_huge_mib": "MiB"}.get(key, "s")))
+                         fmt_value(v, "MiB" if key.endswith("_mib") else
+                                   {"small_ns": "ns", "ratio_same_footprint": "×"}.get(key, "s")))
         cells.append(notes_for(c.name, s))
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
@@ -808,7 +1120,10 @@ SUMMARY_ROWS = [("temp256M", None, "temporaries 256 MiB, ÷ in-place"),
                 ("temp8M", None, "temporaries 8 MiB, ÷ in-place"),
                 ("temp1M", None, "temporaries 1 MiB, ÷ in-place"),
                 ("small", None, "small `x + y`, ns"),
-                ("zeros1G", "cold_s", "`np.zeros(1 GiB); a += 1`, first call, s"),
+                ("zeros1G", "first_s", "first touch, warm: `np.zeros(1 GiB); a += 1`, "
+                 "first call, process started back to back, s"),
+                ("zeros1G-cold", None, "first touch, cold: `np.zeros(1 GiB); a += 1`, "
+                 "first call, process started ≥ 3 s after the last one ended, s"),
                 ("zeros1G", None, "`np.zeros(1 GiB); a += 1`, repeated, s"),
                 ("sparse8G", None, "`np.zeros(8 GiB)` touched at 1 %, MiB committed"),
                 ("gather", None, "gather, 20 M random `take`, s"),
@@ -825,7 +1140,16 @@ SUMMARY_ROWS = [("temp256M", None, "temporaries 256 MiB, ÷ in-place"),
                 ("pressure", "cgroup", "issue 25's program in a 1.6 GiB cgroup: its peak (OOM kills)"),
                 ("reuse", None, "reuse 4 × 64 MiB, no memory limit, ms"),
                 ("reuse-pressure", None, "reuse 4 × 64 MiB, 1.6 GiB limit (pressure), ms")]
-HEADLINE_PEERS = ("numpy", "tcmalloc", "jemalloc", "mimalloc", "glibc-thp", "torch-thp")
+# The headline's columns: (contender, header); then hpalloc's best and the
+# best hpalloc ÷ the best peer.
+HEADLINE = (("numpy", "NumPy default"), ("tcmalloc", "tcmalloc"), ("jemalloc", "jemalloc"),
+            ("mimalloc", "mimalloc"), ("glibc-thp", "glibc hugetlb=1"),
+            ("torch-thp", "PyTorch THP"), ("glibc-hugetlb", "glibc hugetlb=2 (pool)"),
+            ("libhugetlbfs", "libhugetlbfs"), ("hp-run", "hpalloc, default knobs"),
+            ("hp-2M", "hpalloc hugetlb 2 MiB (pool)"), ("hp-1G", "hpalloc hugetlb 1 GiB (pool)"))
+# The deterministic count shown beside a row's time: minor faults (the
+# metric of that name, or the one given here).
+FAULT_KEY = {("zeros1G", "first_s"): "first_faults"}
 
 
 def summary_value(s, key):
@@ -865,20 +1189,21 @@ def summary_table(summary, contenders):
     units = {w: u for w, _, _, u in WORKLOADS}
     by_name = {c.name: c for c in contenders}
     hp_names = [c.name for c in contenders if c.hpalloc and not c.name.endswith("ctl")]
-    head = ["workload", "NumPy default", "tcmalloc", "jemalloc", "mimalloc", "glibc hugetlb=1",
-            "PyTorch THP", "hpalloc, default knobs", "hpalloc, best", "best hpalloc ÷ best peer"]
+    columns = [(n, h) for n, h in HEADLINE if n in by_name]  # those of this run
+    head = (["workload"] + [h for _, h in columns]
+            + ["hpalloc, best", "best hpalloc ÷ best peer"])
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for w, key, title in SUMMARY_ROWS:
         if w not in summary:
             continue
         unit = units[w]
-        cells = [title]
-        for name in HEADLINE_PEERS + ("hp-run",):
+        cells = [row_title(summary, w, key, title)]
+        for name, _ in columns:
             c = by_name.get(name)
             cell = summary_cell(summary, w, name, key, unit)
             cells.append(cell if cell is not None else
-                         "–" if c is not None and not c.runs(w) else  # a switch for other programs
-                         "skipped" if c is None or c.skip_reason else "failed")
+                         "–" if not wanted(w, c) else  # e.g. a switch for other programs
+                         "skipped" if c.skip_reason else "failed")
         hp_best, hp_name = best_of(summary, w, hp_names, key)
         peer, peer_name = best_of(summary, w, peers(summary), key)
         cells.append("%s (%s)" % (summary_cell(summary, w, hp_name, key, unit),
@@ -886,6 +1211,127 @@ def summary_table(summary, contenders):
                      if hp_best is not None else "–")
         cells.append("%.2f (%s)" % (hp_best / peer, by_name[peer_name].label)
                      if hp_best is not None and peer and unit != "MiB" else "–")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def row_title(summary, w, key, title):
+    """A first-touch row says which memory it met: how long after the last
+    process ended its processes started."""
+    if (w, key) not in (("zeros1G", "first_s"), ("zeros1G-cold", None)):
+        return title
+    gaps = [s["gap"] for s in summary.get(w, {}).values() if s.get("gap")]
+    if not gaps:
+        return title
+    return "%s (measured: %s s after)" % (title, fmt_gap((min(g[0] for g in gaps),
+                                                            max(g[1] for g in gaps))))
+
+
+# ---- verdicts (issue 35): intervals, not medians of noise --------------------------------------
+# A row's verdict for hpalloc against another contender: the ratio of the
+# medians over their processes (hpalloc's ÷ the other's: below 1 is
+# faster), with a 95 % percentile bootstrap interval (both sides resampled
+# with replacement, VERDICT_RESAMPLES times, a fixed seed: the same run
+# gives the same report).  "ahead" or "behind" only when the interval
+# excludes 1, else "level"; "not slower" only when its upper end is at most
+# NOT_SLOWER.  No verdict from fewer than VERDICT_MIN_N processes a side.
+
+VERDICT_MIN_N = 10
+VERDICT_RESAMPLES = 4000
+NOT_SLOWER = 1.02
+
+
+def bootstrap_ratio(a, b, resamples=VERDICT_RESAMPLES, seed=35):
+    """(median(a) / median(b), 2.5th and 97.5th percentiles of that ratio
+    over resamples of a and b)."""
+    rng = random.Random(seed)
+    med = statistics.median
+    ratios = sorted(med(rng.choices(a, k=len(a))) / med(rng.choices(b, k=len(b)))
+                    for _ in range(resamples))
+    return med(a) / med(b), ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def verdict(a, b, min_n=VERDICT_MIN_N):
+    """hpalloc's per-process values a against another contender's b:
+    {"ratio", "lo", "hi", "word", "not_slower", "n"}; "word" is None (and
+    "why" says why) when there are too few processes for a verdict."""
+    if not a or not b or min(b) <= 0:
+        return None
+    ratio, lo, hi = bootstrap_ratio(a, b)
+    v = {"ratio": ratio, "lo": lo, "hi": hi, "n": (len(a), len(b)), "word": None,
+         "not_slower": None}
+    if min(len(a), len(b)) < min_n:
+        v["why"] = "%d and %d processes: a verdict needs %d each" % (len(a), len(b), min_n)
+        return v
+    v["word"] = "ahead" if hi < 1 else "behind" if lo > 1 else "level"
+    v["not_slower"] = hi <= NOT_SLOWER
+    return v
+
+
+def fmt_verdict(v):
+    """'0.74 [0.70–0.79]' and the verdict, as two cells."""
+    if v is None:
+        return ["–", "–"]
+    ci = "%.2f [%.2f–%.2f]" % (v["ratio"], v["lo"], v["hi"])
+    if v["word"] is None:
+        return [ci, "no verdict (%s)" % v["why"]]
+    word = v["word"] + (", not slower" if v["word"] == "level" and v["not_slower"] else "")
+    return [ci, "**%s**" % word if v["word"] != "level" else word]
+
+
+def row_values(summary, w, name, key):
+    """A contender's per-process values of a row (None: it has none)."""
+    s = summary.get(w, {}).get(name)
+    if not s or "median" not in s:
+        return None
+    return s["values"] if key is None else s.get("extra_values", {}).get(key)
+
+
+def verdict_rows(summary, contenders):
+    """Per headline row (times only): hpalloc with default knobs against
+    NumPy's default and against the best peer, hpalloc's best configuration
+    against the best peer; each with its interval, verdict and the minor
+    faults of the three."""
+    units = {w: u for w, _, _, u in WORKLOADS}
+    by_name = {c.name: c for c in contenders}
+    hp_names = [c.name for c in contenders if c.hpalloc and not c.name.endswith("ctl")]
+    rows = []
+    for w, key, title in SUMMARY_ROWS:
+        if w not in summary or units[w] == "MiB" or key == "cgroup":
+            continue
+        hp = row_values(summary, w, "hp-run", key)
+        peer, peer_name = best_of(summary, w, peers(summary), key)
+        hp_best, hp_name = best_of(summary, w, hp_names, key)
+        base = row_values(summary, w, "numpy", key)
+        peer_values = row_values(summary, w, peer_name, key) if peer_name else None
+        best_values = row_values(summary, w, hp_name, key) if hp_name else None
+        fkey = FAULT_KEY.get((w, key), "faults")
+        faults = " / ".join(fmt_count(value_of(summary, w, n, fkey)) if n else "–"
+                            for n in ("hp-run", "numpy", peer_name))
+        rows.append({
+            "title": row_title(summary, w, key, title),
+            "hp": ("%s (n = %d)" % (fmt_value(statistics.median(hp), units[w]), len(hp))
+                   if hp else "–"),
+            "vs_numpy": verdict(hp, base) if hp and base else None,
+            "peer": by_name[peer_name].label if peer_name else "–",
+            "vs_peer": verdict(hp, peer_values) if hp and peer_values else None,
+            "best": config_name(by_name[hp_name], w) if hp_name else "–",
+            "best_vs_peer": verdict(best_values, peer_values) if best_values and peer_values
+            else None,
+            "faults": faults})
+    return rows
+
+
+def verdict_table(summary, contenders):
+    head = ["row", "hpalloc, default knobs: median (processes)", "÷ NumPy default [95 % CI]",
+            "verdict", "best peer", "÷ best peer [95 % CI]", "verdict",
+            "hpalloc's best configuration", "÷ best peer [95 % CI]", "verdict",
+            "minor faults: hpalloc / NumPy / best peer"]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---|" * (len(head) - 1)]
+    for r in verdict_rows(summary, contenders):
+        cells = ([r["title"], r["hp"]] + fmt_verdict(r["vs_numpy"]) + [r["peer"]]
+                 + fmt_verdict(r["vs_peer"]) + [r["best"]] + fmt_verdict(r["best_vs_peer"])
+                 + [r["faults"]])
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -1003,18 +1449,23 @@ def target_rows(summary, cache_max):
             lambda v: v <= np_small * 1.02)
     # first call against first call, repeated against repeated; the first
     # call (issue 27) as a user has it (`hpctl run`, default knobs) against
-    # the best peer's first call
-    peer, peer_name = best_of(summary, "zeros1G", peers(summary), "cold_s")
+    # the best peer's first call, warm (issue 27) and cold (issue 35)
+    peer, peer_name = best_of(summary, "zeros1G", peers(summary), "first_s")
     if peer is not None:
-        add_extra("zeros 1 GiB, first call s", "zeros1G", "cold_s",
+        add_extra("zeros 1 GiB, first call (warm) s", "zeros1G", "first_s",
                   "≤ 0.9 × best peer (%s %.3f s) = %.3f s" % (peer_name, peer, 0.9 * peer),
                   lambda v, peer=peer: v <= 0.9 * peer, names=("hp-run",))
+    peer, peer_name = best(summary, "zeros1G-cold", peers(summary))
+    if peer is not None:
+        add("zeros 1 GiB, first touch cold s", "zeros1G-cold",
+            "≤ best peer (%s %.3f s)" % (peer_name, peer),
+            lambda v, peer=peer: v <= peer, names=("hp-run",))
     # a block touched sparsely commits what is touched, not what is populated
     # ahead: 8 GiB touched at 1 % may commit 3 % + 64 MiB
     sparse_limit = (8 * GiB * 3 / 100 + 64 * MiB) / MiB
     add("`np.zeros(8 GiB)` touched at 1 %, MiB committed (worst mode)", "sparse8G",
         "≤ 3 %% + 64 MiB = %.0f MiB" % sparse_limit, lambda v: v <= sparse_limit, pick=worst)
-    add_extra("zeros 1 GiB, first call faults", "zeros1G", "cold_faults", "≤ 1,000",
+    add_extra("zeros 1 GiB, first call faults", "zeros1G", "first_faults", "≤ 1,000",
               lambda v: v <= 1000)
     add("zeros 1 GiB, repeated s", "zeros1G", "≤ 0.12 s", lambda v: v <= 0.12)
     add("zeros 1 GiB, repeated faults", "zeros1G", "≤ 1,000", lambda v: v <= 1000, key="faults")
@@ -1083,7 +1534,23 @@ def target_rows(summary, cache_max):
 
 # ---- writing the report ------------------------------------------------------------------------
 
-def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_max, elapsed):
+def behind_numpy_row(summary, contenders):
+    """The target of issue 35 on the verdicts: no headline row where
+    switching hpalloc on (default knobs) is behind NumPy's default."""
+    rows = verdict_rows(summary, contenders)
+    judged = [r for r in rows if r["vs_numpy"] and r["vs_numpy"]["word"]]
+    behind = [r["title"].split(",")[0] for r in judged if r["vs_numpy"]["word"] == "behind"]
+    if not judged:
+        return ("headline rows behind NumPy's default (95 % interval above 1)", "none",
+                "no verdict", "hp-run", "not measured (a verdict needs %d processes a side)"
+                % VERDICT_MIN_N)
+    return ("headline rows behind NumPy's default (95 % interval above 1)", "none",
+            "%d of %d%s" % (len(behind), len(judged), (": " + "; ".join(behind)) if behind else ""),
+            "hp-run", "met" if not behind else "MISSED")
+
+
+def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_max, elapsed,
+                   callgrind=None):
     L = ["# hpalloc NumPy benchmark%s" % (" (quick mode: not representative)" if opts.quick else ""),
          "",
          "Written by `make bench` (bench/numpy_bench.py); method in docs/benchmarks.md.",
@@ -1105,9 +1572,25 @@ def write_markdown(path, opts, machine_info, notes, summary, contenders, cache_m
     L += ["## Summary (medians)", "", "<!-- summary start -->"]
     L += summary_table(summary, contenders)
     L += ["<!-- summary end -->", ""]
-    L += ["## Targets (issues 6, 17 and 25): hpalloc's best configuration; peak memory: its worst", "",
+    L += ["## Verdicts: 95 % bootstrap intervals of the ratio of medians", "",
+          "hpalloc's median ÷ the other's over their processes (below 1: hpalloc faster); "
+          "**ahead** or **behind** only when the interval excludes 1, else level; "
+          "\"not slower\" only when its upper end is ≤ %.2f; no verdict from fewer than %d "
+          "processes a side. The best peer and hpalloc's best configuration are picked by "
+          "median, so their interval is a little optimistic for the pick." % (NOT_SLOWER,
+                                                                               VERDICT_MIN_N),
+          ""]
+    L += verdict_table(summary, contenders) + [""]
+    if callgrind:
+        L += ["## Instructions of the allocation path (`valgrind --tool=callgrind`)", "",
+              "Per `np.empty` + free, main thread, beside the times of the allocpath workload "
+              "(docs/benchmarks.md):", ""]
+        L += callgrind_table(callgrind, summary, contenders)
+    L += ["## Targets (issues 6, 17, 25 and 35): hpalloc's best configuration; peak memory: "
+          "its worst", "",
           "| target | limit | hpalloc | configuration | |", "|---|---|---|---|---|"]
-    L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)]
+    L += ["| " + " | ".join(r) + " |" for r in target_rows(summary, cache_max)
+          + [behind_numpy_row(summary, contenders)]]
     L += ["", "## Workloads", ""]
     for w, title, _, unit in WORKLOADS:
         if w in summary:
@@ -1122,8 +1605,8 @@ def write_chart(path, summary, contenders):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        say("no chart: matplotlib missing (apt-get install python3-matplotlib)")
-        return False
+        return ("no chart: matplotlib is not installed (%s)"
+                % ("pip install matplotlib" if in_venv() else "apt-get install python3-matplotlib"))
     shown = [(w, t, u) for w, t, _, u in WORKLOADS if w in summary and w not in CONTROL_ONLY]
     cols = 3
     rows = (len(shown) + cols - 1) // cols
@@ -1153,7 +1636,7 @@ def write_chart(path, summary, contenders):
                  "median, whiskers min–max", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title
     fig.savefig(path, dpi=90)
-    return True
+    return None
 
 
 # ---- main -------------------------------------------------------------------------------------------
@@ -1171,8 +1654,8 @@ def hpalloc_cache_max(summary):
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke run (< 3 min): 1 round, 1 GiB gather, application data / 8, "
-                        "NumPy and hpalloc only")
+                   help="smoke run: 1 round, 1 GiB gather, application data / 8, every "
+                        "contender; numbers not representative")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--pythonpath", help="directory holding the hpalloc package (build tree)")
     p.add_argument("--libdir", help="directory holding libhpalloc.so.1 (build tree)")
@@ -1180,9 +1663,20 @@ def parse_args():
                    help="the hpctl whose `run` switches hpalloc on (default: the one on PATH)")
     p.add_argument("--contenders", help="comma-separated names (default: all)")
     p.add_argument("--workloads", help="comma-separated names (default: all)")
-    p.add_argument("--rounds", type=int)
+    p.add_argument("--rounds", type=int,
+                   help="processes per workload and contender (default 10, quick 1)")
     p.add_argument("--pools", action="store_true",
-                   help="reserve hugetlb pools for the run and add the hugetlb contenders")
+                   help="(the default as root) the hugetlb contenders, on pools reserved "
+                        "around their processes")
+    p.add_argument("--no-pools", action="store_true",
+                   help="leave the hugetlb contenders out (no pool is reserved)")
+    p.add_argument("--cold-gap", type=float, default=COLD_GAP_MIN, metavar="S",
+                   help="seconds between the last process's end and the start of a cold "
+                        "first-touch process (default %g)" % COLD_GAP_MIN)
+    p.add_argument("--no-callgrind", action="store_true",
+                   help="do not count the allocation path's instructions under callgrind")
+    p.add_argument("--callgrind-only", action="store_true",
+                   help="only count the allocation path's instructions (make bench-callgrind)")
     p.add_argument("--hold-page-reporting", action="store_true",
                    help="hold the VM's free page reporting off for the run (not as users have it)")
     p.add_argument("--timeout", type=int, default=600)
@@ -1190,7 +1684,7 @@ def parse_args():
                    help="write the report again from a run's results.json, running nothing")
     opts = p.parse_args()
     full = not opts.quick
-    opts.rounds = opts.rounds or (5 if full else 1)
+    opts.rounds = opts.rounds or (VERDICT_MIN_N if full else 1)
     opts.reps = 3 if full else 1
     opts.warmup = 2 if full else 1
     opts.app_reps = 3 if full else 1
@@ -1198,8 +1692,12 @@ def parse_args():
     opts.scale = 1.0 if full else 0.125
     opts.gather_bytes = 4 * GiB if full else GiB
     opts.pretouch_bytes = 14 * GiB if full else 4 * GiB
-    if opts.quick and not opts.contenders:
-        opts.contenders = "numpy,hp-run,hp-preload,hp-thp-ctl,hp-thp-noctl"
+    opts.callgrind_pairs = 20000 if full else 2000
+    # as root the hugetlb contenders run (pools reserved around them)
+    opts.pools = os.geteuid() == 0 and not opts.no_pools
+    if opts.cold_gap < COLD_GAP_MIN:
+        say("--cold-gap %g: below %g s the zeros1G-cold row may meet warm memory"
+            % (opts.cold_gap, COLD_GAP_MIN))
     return opts
 
 
@@ -1219,16 +1717,39 @@ def hpalloc_importable(base_env):
     return subprocess.run([PYTHON, "-c", code], env=base_env, capture_output=True).returncode == 0
 
 
-def report(opts, info, notes, results, contenders, elapsed):
+def report(opts, info, notes, results, contenders, elapsed, callgrind=None):
     summary = summarize(results)
     os.makedirs(opts.out, exist_ok=True)
     cache_max = hpalloc_cache_max(summary)
     md = os.path.join(opts.out, "results.md")
-    write_markdown(md, opts, info, notes, summary, contenders, cache_max, elapsed)
     png = os.path.join(opts.out, "results.png")
-    write_chart(png, summary, contenders)
+    no_chart = write_chart(png, summary, contenders)
+    if no_chart:
+        notes = notes + [no_chart]
+        say(no_chart)
+    write_markdown(md, opts, info, notes, summary, contenders, cache_max, elapsed, callgrind)
     print("\n".join(summary_table(summary, contenders)))
-    say("wrote %s and %s (%.0f s)" % (md, png, elapsed))
+    print()
+    print("\n".join(verdict_table(summary, contenders)))
+    if callgrind:
+        print()
+        print("\n".join(callgrind_table(callgrind, summary, contenders)))
+    say("wrote %s%s (%.0f s)" % (md, "" if no_chart else " and " + png, elapsed))
+
+
+def callgrind_only(opts, contenders, base_env):
+    """make bench-callgrind: the counts alone, printed and in callgrind.md."""
+    counts = callgrind_counts(opts, contenders, base_env)
+    table = callgrind_table(counts, {}, contenders)
+    os.makedirs(opts.out, exist_ok=True)
+    path = os.path.join(opts.out, "callgrind.md")
+    with open(path, "w") as f:
+        f.write("# Instructions of the allocation path (`valgrind --tool=callgrind`)\n\n"
+                "Written by `make bench-callgrind` (bench/numpy_bench.py --callgrind-only); "
+                "%s.\n\n" % machine_description()["stack"] + "\n".join(table) + "\n")
+    print("\n".join(table))
+    say("wrote " + path)
+    return 1 if "_error" in counts or any("error" in n for n in counts.values()) else 0
 
 
 def report_again(opts, contenders):
@@ -1242,7 +1763,8 @@ def report_again(opts, contenders):
     for c in contenders:
         if c.name not in ran:
             c.skip_reason = c.skip_reason or "not in this run"
-    report(opts, run["machine"], run["notes"], run["results"], contenders, run.get("elapsed", 0))
+    report(opts, run["machine"], run["notes"], run["results"], contenders, run.get("elapsed", 0),
+           run.get("callgrind"))
 
 
 def main():
@@ -1262,6 +1784,15 @@ def main():
     if opts.report_from:
         subprocess.run(["rm", "-rf", scratch])
         return report_again(opts, contenders)
+    if opts.callgrind_only:
+        try:
+            if not hpalloc_importable(base_env):
+                for c in contenders:
+                    if c.hpalloc:
+                        c.skip_reason = "`import hpalloc.numpy` fails"
+            return callgrind_only(opts, contenders, base_env)
+        finally:
+            subprocess.run(["rm", "-rf", scratch])
     missing = missing_libraries(workloads)
     missing.update(missing_cgroup(workloads))
     for w, why in missing.items():
@@ -1283,7 +1814,10 @@ def main():
         for c in contenders:
             if c.skip_reason:
                 say("skipping %s: %s" % (c.name, c.skip_reason))
-        results = run_all(opts, contenders, workloads, base_env)
+        results = run_all(opts, contenders, workloads, base_env, machine)
+        # beside the allocation path's times, when that row runs
+        callgrind = (callgrind_counts(opts, contenders, base_env)
+                     if "allocpath" in results and not opts.no_callgrind else None)
     except KeyboardInterrupt:
         say("interrupted: restoring the machine")
         raise SystemExit(130)
@@ -1292,13 +1826,16 @@ def main():
         subprocess.run(["rm", "-rf", scratch])
     elapsed = time.monotonic() - t0
     os.makedirs(opts.out, exist_ok=True)
+    pools = machine.pools_note()
+    if pools:
+        machine.notes.append(pools)
     recorded = {k: getattr(opts, k) for k in ("quick", "rounds", "reps", "warmup", "app_reps",
-                                              "app_warmup", "scale", "gather_bytes")}
+                                              "app_warmup", "scale", "gather_bytes", "cold_gap")}
     with open(os.path.join(opts.out, "results.json"), "w") as f:
         json.dump({"machine": info, "notes": machine.notes, "results": results,
-                   "opts": recorded, "elapsed": elapsed}, f)
-    report(opts, info, machine.notes, results, contenders, elapsed)
+                   "opts": recorded, "elapsed": elapsed, "callgrind": callgrind}, f)
+    report(opts, info, machine.notes, results, contenders, elapsed, callgrind)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -195,24 +195,59 @@ def small(opts):
 
 def zeros_touch(opts):
     """`a = np.zeros(1 GiB); a += 1`: time and minor faults.  The first call
-    in the process is reported too (cold: no reuse cache can help)."""
+    in the process is reported too (no reuse cache can help it); the
+    harness starts this process right after the previous one ended, so the
+    first call meets memory freed a moment ago: the warm first touch (the
+    cold one is zeros1G-cold's)."""
     def once():
         a = np.zeros(GiB // F64)
         a += 1
         PEAK.sample()
 
-    cold_s, cold_faults = timed(once)
-    return dict(warm_then_time(once, opts), cold_s=[cold_s], cold_faults=[cold_faults])
+    first_s, first_faults = timed(once)
+    return dict(warm_then_time(once, opts), first_s=[first_s], first_faults=[first_faults])
 
 
-def mapping_rss(a):
-    """(Rss, AnonHugePages) in bytes of the mappings holding array a's
-    memory (/proc/self/smaps): what the kernel committed for it, whoever's
-    allocator it is.  A mapping that also holds other memory (a peer's
-    arena) counts whole."""
+HUGE_WAIT_S = 2.0  # how long zeros1G-cold watches its array become huge
+
+
+def first_touch_only(opts):
+    """The first touch alone: `a = np.zeros(1 GiB); a += 1` once, as the
+    first thing the process does -- the harness starts it at least
+    --cold-gap seconds after the last process ended, so the memory it meets
+    has been given back to the host (cold).  Time, minor faults, and how
+    much of the array smaps shows on huge pages right after the touch and
+    once HUGE_WAIT_S have passed (or as soon as 90 % is): a mechanism that
+    faults small pages first and collapses later shows there."""
+    made = []
+
+    def once():  # np.zeros in the timing: tcmalloc's calloc writes the zeros
+        a = np.zeros(GiB // F64)
+        a += 1
+        made.append(a)
+
+    t, f = timed(once)
+    a = made.pop()
+    PEAK.sample()
+    huge_now = huge_bytes(a)
+    waited, huge_later = 0.0, huge_now
+    while huge_later < 0.9 * a.nbytes and waited < HUGE_WAIT_S:
+        time.sleep(0.25)
+        waited += 0.25
+        huge_later = huge_bytes(a)
+    return {"s": [t], "faults": [f], "huge_now_mib": [huge_now / MiB],
+            "huge_later_mib": [huge_later / MiB], "huge_wait_s": [waited]}
+
+
+def mapping_backing(a):
+    """(Rss, AnonHugePages, hugetlb) in bytes of the mappings holding array
+    a's memory (/proc/self/smaps): what the kernel committed for it,
+    whoever's allocator it is.  A mapping that also holds other memory (a
+    peer's arena) counts whole.  hugetlb pages are not in Rss: smaps counts
+    them as Private_Hugetlb and Shared_Hugetlb."""
     lo = a.ctypes.data
     hi = lo + a.nbytes
-    rss = huge = 0
+    rss = huge = hugetlb = 0
     inside = False
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -224,7 +259,20 @@ def mapping_rss(a):
                 rss += int(line.split()[1]) * 1024
             elif inside and head == "AnonHugePages:":
                 huge += int(line.split()[1]) * 1024
-    return rss, huge
+            elif inside and head in ("Private_Hugetlb:", "Shared_Hugetlb:"):
+                hugetlb += int(line.split()[1]) * 1024
+    return rss, huge, hugetlb
+
+
+def mapping_rss(a):
+    """(Rss, AnonHugePages) of a's mappings (mapping_backing)."""
+    return mapping_backing(a)[:2]
+
+
+def huge_bytes(a):
+    """Bytes of a's mappings on huge pages of either kind, per smaps."""
+    _, huge, hugetlb = mapping_backing(a)
+    return huge + hugetlb
 
 
 def sparse_touch(opts):
@@ -331,6 +379,25 @@ def alloc_path(opts):
         tiny_ns.append(timed(tiny)[0] / 200_000 * 1e9)
     PEAK.sample()
     return {"large_ns": big_ns, "small_ns": tiny_ns}
+
+
+ALLOCIR_WARMUP = 200  # pairs before the counted loop: caches filled, sizes learnt
+
+
+def alloc_instructions(opts):
+    """For `valgrind --tool=callgrind` (the harness's --callgrind): the
+    same `np.empty` + free pairs as allocpath, opts.count of them after
+    ALLOCIR_WARMUP, untimed; opts.which is "small" (16 elements), "large"
+    (64 MiB, cached by a caching allocator) or "none" (the warm-up alone:
+    the baseline the harness subtracts, so that what is left is the pairs'
+    own instructions)."""
+    nelem = {"small": 16, "large": 64 * MiB // F64, "none": 16}[opts.which]
+    count = 0 if opts.which == "none" else opts.count
+    for _ in range(ALLOCIR_WARMUP):
+        np.empty(nelem)
+    for _ in range(count):
+        np.empty(nelem)
+    return {"pairs": [count]}
 
 
 # ---- under a memory limit (issue 25) ------------------------------------------
@@ -560,11 +627,13 @@ WORKLOADS = {
     "temp1M": lambda o: temporaries(1 * MiB, o),
     "small": small,
     "zeros1G": zeros_touch,
+    "zeros1G-cold": first_touch_only,
     "sparse8G": sparse_touch,
     "gather": gather,
     "threads": threads,
     "resize1G": resize,
     "allocpath": alloc_path,
+    "allocir": alloc_instructions,
     "pressure": limit_repro,
     "reuse": reuse,
     "reuse-pressure": reuse,
@@ -613,6 +682,9 @@ def main():
     p.add_argument("--sparse-bytes", type=int, default=8 * GiB)
     p.add_argument("--scale", type=float, default=1.0,
                    help="data of the application workloads, times this (quick mode)")
+    p.add_argument("--count", type=int, default=20000, help="allocir: pairs counted")
+    p.add_argument("--which", choices=("small", "large", "none"), default="none",
+                   help="allocir: which pairs")
     opts = p.parse_args()
     check_preload()
     metrics = WORKLOADS[opts.workload](opts)
