@@ -19,9 +19,6 @@
 #include "config.h"
 #endif
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -336,26 +333,52 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	return 0;
 }
 
-/* The block's old last 2 MiB extent was partial, so it could only hold
- * 4 KiB pages; grown, it is whole: collapse it now (one copy of at most
- * 2 MiB) rather than fault the rest of it 4 KiB at a time.  Best effort:
- * MADV_COLLAPSE needs Linux 6.1. */
-static void collapse_completed_extent(char *addr, size_t old_len, size_t new_len)
+/* The block's last 2 MiB extent is partial, so on 4 KiB pages (its VMA
+ * ends inside it), and the grown block holds it whole.  The block moves into
+ * a fresh reservation, its whole extents by their page tables, and that
+ * extent's bytes are copied there, into a huge page faulted fresh.  Not a
+ * collapse in place (MADV_COLLAPSE): the same copy, in the kernel, but it
+ * fails while compaction or reclaim holds one of the extent's pages
+ * (EAGAIN), and the grown block then stays partly on 4 KiB pages. */
+static int grow_copying_tail(struct hp_map *m, size_t new_len)
 {
-	size_t start = old_len & ~(HP_THP_SIZE - 1);
-	if (old_len % HP_THP_SIZE && start + HP_THP_SIZE <= new_len)
-		prim_advise(addr + start, HP_THP_SIZE, MADV_COLLAPSE);
+	char *old = m->addr;
+	size_t whole = m->len & ~(HP_THP_SIZE - 1);
+	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
+
+	if (!target)
+		return -1;
+	if (!prim_remap(old, whole, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target)) {
+		prim_unmap(target, os_span(new_len));
+		return -1;
+	}
+	memcpy(target + whole, old + whole, m->len - whole);
+	prim_unmap(old + whole, os_span(m->len) - whole);
+	prim_advise(guard_of(target, new_len), guard_len(new_len), MADV_HUGEPAGE);
+	prim_protect(guard_of(target, new_len), guard_len(new_len), guard_prot());
+	m->addr = target;
+	return 0;
 }
 
+/* Whether growing from old_len to new_len makes a partial last extent
+ * whole. */
+static bool completes_extent(size_t old_len, size_t new_len)
+{
+	return old_len % HP_THP_SIZE && (old_len & ~(HP_THP_SIZE - 1)) + HP_THP_SIZE <= new_len;
+}
+
+/* A block shorter than one huge page that grows to hold one is copied by
+ * the caller (at most 2 MiB, into a block placed as a new one is). */
 static int grow_thp(struct hp_map *m, size_t new_len)
 {
-	size_t old_len = m->len;
-
-	if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0)
+	if (completes_extent(m->len, new_len)) {
+		if (m->len < HP_THP_SIZE || grow_copying_tail(m, new_len) < 0)
+			return -1;
+	} else if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0) {
 		return -1;
+	}
 	m->len = new_len;
 	prim_advise(m->addr, new_len, MADV_HUGEPAGE);
-	collapse_completed_extent(m->addr, old_len, new_len);
 	return 0;
 }
 

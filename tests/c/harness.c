@@ -874,7 +874,7 @@ long harness_minor_faults(void)
 {
 	struct rusage ru;
 
-	getrusage(RUSAGE_SELF, &ru);
+	getrusage(RUSAGE_THREAD, &ru);
 	return ru.ru_minflt;
 }
 

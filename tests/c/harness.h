@@ -201,7 +201,9 @@ void harness_janitor_start(void);
  * after its start, so a test that needs a release to go through the ring
  * waits for it first. */
 bool harness_ring_ready_within(unsigned ms);
-/* Minor page faults of this process so far (getrusage). */
+/* Minor page faults of the calling thread so far (getrusage): not the
+ * library's own threads (janitor, populate workers), whose faults at any
+ * moment made a count of the process's say a realloc had copied. */
 long harness_minor_faults(void);
 /* "always", "madvise" or "never" from /sys/kernel/mm/transparent_hugepage. */
 const char *harness_thp_mode(void);
