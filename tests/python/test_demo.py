@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import hpalloc
-from conftest import python_env
+from conftest import VENV, python_env
 from hp_memory import CHILD
 
 MiB = 1 << 20
@@ -202,10 +202,31 @@ def test_demo_with_hpalloc_numpy_env(user_site, plain):
 
 
 def hpctl():
-    path = os.path.join(BUILDDIR, "tools", "hpctl")
+    """The hpctl a user of this interpreter runs: in make check-venv the
+    venv's (the wheel's, which finds its own preload library), else the
+    build tree's."""
+    if VENV:
+        path = os.path.join(os.path.dirname(sys.executable), "hpctl")
+    else:
+        path = os.path.join(BUILDDIR, "tools", "hpctl")
     if not os.access(path, os.X_OK):
-        pytest.skip("tools/hpctl is not built")
+        pytest.skip("%s is not built" % path)
     return path
+
+
+def preload_env(env):
+    """env for hpctl run --preload: the build tree's hpctl is told the build
+    tree's preload library (else it takes configure's libdir, which holds
+    another copy or none); the venv's finds the wheel's own."""
+    if os.environ.get("SANITIZER_FLAGS"):
+        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
+                    "(make check-preload-valgrind runs the preload tests under memcheck)")
+    if VENV:
+        return env
+    preload = os.environ.get("HPALLOC_TEST_PRELOAD")
+    if not preload:
+        pytest.skip("needs the build tree's preload library (run through make check)")
+    return dict(env, HPALLOC_PRELOAD_PATH=preload)
 
 
 def test_demo_under_hpctl_run(user_site, plain):
@@ -216,7 +237,8 @@ def test_demo_under_hpctl_run_preload(user_site, plain):
     """Under the preload library the child must still run without hpalloc
     (the demo takes the library out of its LD_PRELOAD), and the plain
     malloc row is hpalloc's."""
-    check_output(run_demo([hpctl(), "run", "--preload", "--"], user_site), plain, preload=True)
+    check_output(run_demo([hpctl(), "run", "--preload", "--"], preload_env(user_site)), plain,
+                 preload=True)
 
 
 def test_demo_started_plainly_installs_hpalloc_itself(plain):
