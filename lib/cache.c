@@ -245,7 +245,7 @@ void cache_set_over_rss(bool over)
 static bool over_rss_bound(void)
 {
 	return atomic_load_explicit(&over_rss, memory_order_relaxed) &&
-	       atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed) != 0;
+	       (size_t)hp_knob(KNOB_CACHE_RSS_MAX) != 0;
 }
 
 struct hp_block *cache_take_oldest(size_t bytes)
@@ -255,7 +255,7 @@ struct hp_block *cache_take_oldest(size_t bytes)
 
 struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 {
-	size_t max = over_rss_bound() ? 0 : atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+	size_t max = over_rss_bound() ? 0 : (size_t)hp_knob(KNOB_CACHE_MAX);
 	/* the headroom counts b: its pages move from live to cached */
 	size_t memcg_max = charged(b) ? memcg_cache_bound(charged_bytes + b->map.len) : SIZE_MAX;
 
@@ -324,7 +324,7 @@ static uint64_t decay_in_force(void)
 	uint64_t gen = atomic_load_explicit(&hp_counters[HP_STAT_CONFIG_GENERATION], memory_order_relaxed);
 	if (gen != gen_seen) {
 		gen_seen = gen;
-		decay_knob_seen = atomic_load_explicit(&hp_cfg.cache_decay_ms, memory_order_relaxed);
+		decay_knob_seen = hp_knob(KNOB_CACHE_DECAY_MS);
 		set_decay(decay_knob_seen);
 		last_decay_ms = last_regret_ms = 0;
 	}
@@ -365,7 +365,7 @@ static void decayed(uint64_t now_ms)
 struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
 	uint64_t decay = decay_in_force();
-	struct hp_block *out = trim_to(atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed), NULL);
+	struct hp_block *out = trim_to((size_t)hp_knob(KNOB_CACHE_MAX), NULL);
 	out = trim_charged_to(memcg_cache_bound(charged_bytes), out);
 	bool any = false;
 

@@ -9,7 +9,7 @@
  *
  * All the work happens in control_poll(), called by the janitor thread about
  * every 250 ms (and by hp_control_reload()): the allocation path never looks
- * at any of this, it only reads hp_cfg.  A poll costs one open+fstat of the
+ * at any of this, it only reads hp_knob().  A poll costs one open+fstat of the
  * directory and one fstatat per knob file; a file is re-read only when its
  * identity (inode, size, mtime, ctime, owner, mode) changed.
  *

@@ -104,7 +104,7 @@ static void make_room(struct hp_plan p, size_t size)
 	}
 	if (asks & MEMCG_SHORT)
 		small_libc_give_back(); /* else the kernel has nothing to reclaim for it */
-	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
 	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
 		return;
 	size_t rss = hp_self_rss();
@@ -253,7 +253,7 @@ static bool inherited(const struct hp_block *b)
 static bool will_cache(const struct hp_block *b)
 {
 	return b->map.backend == HP_BACKEND_THP && !inherited(b) &&
-	       b->map.len <= atomic_load_explicit(&hp_cfg.cache_max, memory_order_relaxed);
+	       b->map.len <= (size_t)hp_knob(KNOB_CACHE_MAX);
 }
 
 /* hp_heap_lock held, b just taken out of the registry: into the cache or

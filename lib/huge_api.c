@@ -32,10 +32,10 @@ int hp_owns(const void *ptr)
  * threshold is 0 only before knobs_init (its lowest value is 4K). */
 size_t hp_huge_threshold(void)
 {
-	size_t t = atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed);
+	size_t t = (size_t)hp_knob(KNOB_THRESHOLD);
 
 	if (unlikely(t == 0 || hp_inside) ||
-	    atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) == MODE_OFF)
+	    (int)hp_knob(KNOB_MODE) == MODE_OFF)
 		return SIZE_MAX;
 	return t;
 }

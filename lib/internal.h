@@ -127,23 +127,15 @@ enum hp_guard { GUARD_READ, GUARD_FAULT };
 #define HP_POPULATE_MAX 64
 #define HP_POPULATE_AUTO 0xffff
 
-/* Effective values, read lock-free on the allocation path. */
-struct hp_config {
-	_Atomic int mode;
-	_Atomic size_t threshold;
-	_Atomic size_t pagesize;
-	_Atomic int fallback;
-	_Atomic size_t cache_max;
-	_Atomic uint64_t cache_decay_ms;
-	_Atomic int uring;
-	_Atomic int verbose;
-	_Atomic uint64_t numa;  /* hp_numa_t */
-	_Atomic size_t cache_rss_max; /* 0: no bound */
-	_Atomic int populate;   /* threads, 0 off, HP_POPULATE_AUTO */
-	_Atomic int cache_memcg;      /* the memory cgroup's bound (memcg.c) is on */
-	_Atomic int guard;            /* enum hp_guard: what the guard after a new block lets through (os.c) */
-};
-HP_HIDDEN extern struct hp_config hp_cfg;
+/* Every knob's effective value as its row of the table stores it (a
+ * choice's index, bytes, milliseconds, threads, a hp_numa_t), written by
+ * knobs.c under its lock, read lock-free on the allocation path: a knob is
+ * an enum entry and a row of the table, nothing more. */
+HP_HIDDEN extern _Atomic uint64_t hp_knob_values[KNOB_COUNT];
+static inline uint64_t hp_knob(enum hp_knob_id knob)
+{
+	return atomic_load_explicit(&hp_knob_values[knob], memory_order_relaxed);
+}
 
 HP_HIDDEN void knobs_init(bool with_env);  /* defaults (+ environment) */
 /* Set (canon != NULL) or clear (canon == NULL) one layer of a knob and
@@ -354,7 +346,7 @@ static inline hp_numa_t numa_of(const struct hp_ctx *ctx)
 {
 	if (ctx && ctx->has_numa)
 		return ctx->numa;
-	return atomic_load_explicit(&hp_cfg.numa, memory_order_relaxed);
+	return hp_knob(KNOB_NUMA);
 }
 
 /* ---- small.c: blocks below threshold -------------------------------------- */
@@ -411,7 +403,7 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 /* THP blocks out, the oldest first, until the cache is within memcg.c's
  * bound (a fresh mapping is about to be charged to the cgroup). */
 HP_HIDDEN struct hp_block *cache_take_over_memcg(void);
-/* The one function of cache.c called without hp_heap_lock: THP block b
+/* Called without hp_heap_lock (as is cache_set_over_rss, an atomic): THP block b
  * (the caller's, about to be cached) stays resident, not offered to the
  * kernel, if policy_libc_would_keep() says so of it and the cached blocks
  * kept so far; its bytes are then counted as kept until it leaves the
@@ -532,8 +524,8 @@ HP_HIDDEN void heap_expire(uint64_t *next_deadline_ms);
 /* A request of size goes to the huge path (threshold, mode=off). */
 static inline bool wants_huge(size_t size)
 {
-	return size >= atomic_load_explicit(&hp_cfg.threshold, memory_order_relaxed) &&
-	       atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed) != MODE_OFF;
+	return size >= (size_t)hp_knob(KNOB_THRESHOLD) &&
+	       (int)hp_knob(KNOB_MODE) != MODE_OFF;
 }
 /* The huge path alone: a registered block, or NULL -- with *to_small set
  * when fallback=small sends the request to the caller's ordinary path,

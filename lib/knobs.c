@@ -2,30 +2,11 @@
  * parser, canonical printer, help), serving the environment, the control
  * directory, hpctl and Python.  Values live in layers, lowest first:
  * default < control < env < process; the effective value is the highest set
- * layer, stored in hp_cfg for lock-free reads on the allocation path.
+ * layer, stored for lock-free reads on the allocation path.
  *
- * Defaults, and why (see bench/ for the measurements):
- *   mode=auto       hugetlb when an admin reserved a pool, else THP: no setup
- *                   needed, and a reserved pool is used without asking.
- *   threshold=1M    below it THP cannot help and libc is as fast; at 1 MiB the
- *                   cache already beats glibc's mmap/munmap round trips.
- *   pagesize=auto   the largest pool page that fits the request.
- *   fallback=thp    a short pool still gets huge pages where possible.
- *   cache_max=1G    holds a few NumPy temporaries of the sizes that matter.
- *   cache_decay_ms=1000  idle memory goes back within a second or two, or
- *                   up to CACHE_DECAY_GROWTH times later while the program
- *                   keeps mapping fresh memory soon after a release (cache.c).
- *   numa=default    placement is the kernel's unless asked: no mbind, no work.
- *   populate=auto   one worker per two CPUs the process may run on, at most
- *                   8, none on one CPU: first touch of a fresh block at up
- *                   to that many times one thread's rate (populate.c).
- *   cache_memcg=on  in a memory-limited cgroup (a container) the cache keeps
- *                   at most half the headroom (memcg.c): the cgroup peaks as
- *                   under the peers instead of at its limit, where the kernel
- *                   reclaims on every charge (bench/results/pressure).
- *   guard=read      reads past the end of a block see zeros instead of a
- *                   fault: OpenBLAS's complex kernels read past matrices,
- *                   harmlessly under glibc (os.c).
+ * Each row says its default; the comment above it says why (see bench/ for
+ * the measurements).  The effective values live in hp_knob_values[] (the
+ * row's own encoding), read through hp_knob().
  */
 #include "internal.h"
 
@@ -37,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-struct hp_config hp_cfg;
+_Atomic uint64_t hp_knob_values[KNOB_COUNT];
 
 struct knob_desc;
 /* A parser may say why it refused a word (why is then "" or a reason). */
@@ -73,38 +54,49 @@ static void format_populate(const struct knob_desc *, uint64_t, char *, size_t);
 #define TIB ((uint64_t)1 << 40)
 
 static const struct knob_desc knobs[KNOB_COUNT] = {
+	/* auto: hugetlb when an admin reserved a pool, else THP: no setup needed,
+	 * and a reserved pool is used without asking. */
 	[KNOB_MODE] = {"mode", "choice",
 		"where blocks >= threshold live: hugetlb pool, THP, auto (hugetlb if the pool can hold the block and keep room for fork's copies, else thp), off (libc)",
 		"one of: auto hugetlb thp off", "auto hugetlb thp off", "auto",
 		0, 3, parse_choice, format_choice},
+	/* 1M: below it THP cannot help and libc is as fast; at 1 MiB the cache
+	 * already beats glibc's mmap/munmap round trips. */
 	[KNOB_THRESHOLD] = {"threshold", "size",
 		"allocations of at least this many bytes take the huge-page path",
 		"a size in bytes with optional K/M/G/T suffix, 4K..1T", NULL, "1M",
 		4096, TIB, parse_size_knob, format_size},
+	/* auto: the largest pool page that fits the request. */
 	[KNOB_PAGESIZE] = {"pagesize", "choice",
 		"largest hugetlb page size to use: 2M, 1G, or auto (largest whose pool can hold the block); a block that would waste over 1/" HP_STRINGIFY(POLICY_WASTE_DIVISOR) " in rounding takes the next smaller size",
 		"one of: auto 2M 1G", "auto 2M 1G", "auto",
 		0, 0, parse_pagesize, format_pagesize},
+	/* thp: a short pool still gets huge pages where possible. */
 	[KNOB_FALLBACK] = {"fallback", "choice",
 		"what to do when the hugetlb pool cannot serve a block: thp, small (libc) or fail (NULL, ENOMEM)",
 		"one of: thp small fail", "thp small fail", "thp",
 		0, 2, parse_choice, format_choice},
+	/* 1G: holds a few NumPy temporaries of the sizes that matter. */
 	[KNOB_CACHE_MAX] = {"cache_max", "size",
 		"bytes of freed huge blocks kept for reuse (0 disables the cache); the kernel may take their THP pages back under memory pressure, but for what glibc would have kept itself (at most 64 MiB)",
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "1G",
 		0, TIB, parse_size_knob, format_size},
+	/* 1000: idle memory goes back within a second or two, or up to
+	 * CACHE_DECAY_GROWTH times later while the program keeps mapping fresh
+	 * memory soon after a release (cache.c). */
 	[KNOB_CACHE_DECAY_MS] = {"cache_decay_ms", "integer",
 		"cached blocks idle longer than this many milliseconds are released (up to " HP_STRINGIFY(CACHE_DECAY_GROWTH) " times longer while the program keeps mapping fresh memory soon after a release)",
 		"an integer number of milliseconds, 0..3600000", NULL, "1000",
 		0, 3600000, parse_integer, format_integer},
 	[KNOB_URING] = {"uring", "choice",
 		"release pages through io_uring so freeing threads do not wait (falls back to synchronous if unavailable)",
-		"one of: on off", "on off", "on",
+		"one of: off on", "off on", "on",
 		0, 1, parse_choice, format_choice},
 	[KNOB_VERBOSE] = {"verbose", "integer",
 		"log to stderr: 0 silent, 1 rejected input and fallbacks, 2 every mapping",
 		"an integer 0..2", NULL, "0",
 		0, 2, parse_integer, format_integer},
+	/* default: placement is the kernel's unless asked: no mbind, no work. */
 	[KNOB_NUMA] = {"numa", "policy",
 		"NUMA placement of huge blocks, set before their first touch: default (the kernel's policy), local, interleave (every allowed node), interleave:NODES, bind:NODES or preferred:NODE",
 		"default local interleave interleave:NODES bind:NODES preferred:NODE, NODES like 0,2-3 (nodes 0..31)",
@@ -113,14 +105,24 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"while the process's resident memory (as ps and Dask's memory manager count it) exceeds this, the cache gives blocks back, oldest first, and keeps no new ones; 0 for no such bound (hpalloc.dask sets it to a worker's target fraction of its memory limit)",
 		"a size in bytes with optional K/M/G/T suffix, 0..1T", NULL, "0",
 		0, TIB, parse_size_knob, format_size},
+	/* auto: one worker per two CPUs the process may run on, at most 8, none
+	 * on one CPU: first touch of a fresh block at up to that many times one
+	 * thread's rate (populate.c). */
 	[KNOB_POPULATE] = {"populate", "threads",
 		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
+	/* on: in a memory-limited cgroup (a container) the cache keeps at most
+	 * half the headroom (memcg.c): the cgroup peaks as under the peers
+	 * instead of at its limit, where the kernel reclaims on every charge
+	 * (bench/results/pressure). */
 	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",
 		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - working set + cached; the working set: usage less inactive page cache), given back oldest first as it shrinks; off: only cache_max bounds the cache",
-		"one of: on off", "on off", "on",
+		"one of: off on", "off on", "on",
 		0, 1, parse_choice, format_choice},
+	/* read: reads past the end of a block see zeros instead of a fault:
+	 * OpenBLAS's complex kernels read past matrices, harmlessly under glibc
+	 * (os.c). */
 	[KNOB_GUARD] = {"guard", "choice",
 		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
@@ -422,30 +424,11 @@ static int effective_source(int knob)
 	return HP_SOURCE_DEFAULT;
 }
 
-static void store_effective(int knob, uint64_t v)
-{
-	switch (knob) {
-	case KNOB_MODE: atomic_store(&hp_cfg.mode, (int)v); break;
-	case KNOB_THRESHOLD: atomic_store(&hp_cfg.threshold, (size_t)v); break;
-	case KNOB_PAGESIZE: atomic_store(&hp_cfg.pagesize, (size_t)v); break;
-	case KNOB_FALLBACK: atomic_store(&hp_cfg.fallback, (int)v); break;
-	case KNOB_CACHE_MAX: atomic_store(&hp_cfg.cache_max, (size_t)v); break;
-	case KNOB_CACHE_DECAY_MS: atomic_store(&hp_cfg.cache_decay_ms, v); break;
-	case KNOB_URING: atomic_store(&hp_cfg.uring, v == 0); break; /* "on" is index 0 */
-	case KNOB_VERBOSE: atomic_store(&hp_cfg.verbose, (int)v); break;
-	case KNOB_NUMA: atomic_store(&hp_cfg.numa, v); break;
-	case KNOB_CACHE_RSS_MAX: atomic_store(&hp_cfg.cache_rss_max, (size_t)v); break;
-	case KNOB_POPULATE: atomic_store(&hp_cfg.populate, (int)v); break;
-	case KNOB_CACHE_MEMCG: atomic_store(&hp_cfg.cache_memcg, v == 0); break; /* "on" is index 0 */
-	case KNOB_GUARD: atomic_store(&hp_cfg.guard, (int)v); break;
-	}
-}
-
 /* Called with knob_lock held: store the effective value, note a change. */
 static void refresh(int knob, uint64_t before)
 {
 	uint64_t now = layers[knob][effective_source(knob)].value;
-	store_effective(knob, now);
+	atomic_store(&hp_knob_values[knob], now);
 	if (now != before) {
 		stat_add(HP_STAT_CONFIG_GENERATION, 1);
 		janitor_wake();
@@ -550,7 +533,7 @@ void knobs_init(bool with_env)
 		uint64_t v = 0;
 		parse_value(k, knobs[k].default_text, &v, NULL, 0);
 		layers[k][HP_SOURCE_DEFAULT] = (struct layer){.set = true, .value = v};
-		store_effective(k, v);
+		atomic_store(&hp_knob_values[k], v);
 	}
 	if (!with_env || hp_secure_exec())
 		return;
@@ -800,7 +783,7 @@ const char *hp_source_name(int source)
 
 void hp_log(int level, const char *fmt, ...)
 {
-	if (atomic_load_explicit(&hp_cfg.verbose, memory_order_relaxed) < level)
+	if ((int)hp_knob(KNOB_VERBOSE) < level)
 		return;
 	char line[512];
 	va_list ap;

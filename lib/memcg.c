@@ -91,7 +91,7 @@ static _Atomic uint64_t read_at_ms;
 
 static bool bound_on(void)
 {
-	return atomic_load_explicit(&hp_cfg.cache_memcg, memory_order_relaxed);
+	return hp_knob(KNOB_CACHE_MEMCG);
 }
 
 size_t memcg_cache_bound(size_t charged)

@@ -49,7 +49,7 @@
 
 static int guard_prot(void)
 {
-	return atomic_load_explicit(&hp_cfg.guard, memory_order_relaxed) == GUARD_FAULT ? PROT_NONE
+	return (int)hp_knob(KNOB_GUARD) == GUARD_FAULT ? PROT_NONE
 											 : PROT_READ;
 }
 

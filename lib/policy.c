@@ -26,7 +26,7 @@
  *
  * Decisions only: the facts come from os.c (the page sizes the kernel
  * offers, this process's hugetlb pages), numa.c (which pool pages a
- * placement may use) and the knobs (hp_cfg, relaxed loads); mapping,
+ * placement may use) and the knobs (hp_knob(), relaxed loads); mapping,
  * caching, counting and logging are the callers'.  No lock.  Pools are
  * read (sysfs, through numa.c and os.c) only to plan a fresh mapping,
  * never for a request the cache serves. */
@@ -66,7 +66,7 @@ static size_t choose_pagesize(size_t knob, size_t size, hp_numa_t p)
 
 size_t policy_pagesize(size_t size, hp_numa_t p)
 {
-	return choose_pagesize(atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed), size, p);
+	return choose_pagesize((size_t)hp_knob(KNOB_PAGESIZE), size, p);
 }
 
 /* Room for fork's copies.  A MAP_PRIVATE hugetlb page that a forked child
@@ -137,8 +137,8 @@ bool policy_fork_short(size_t *pagesize, size_t *pages, long *room)
  * for mode=thp: heap.c's thp_block() looks among THP blocks anyway. */
 int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2])
 {
-	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
-	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	int mode = (int)hp_knob(KNOB_MODE);
+	size_t knob = (size_t)hp_knob(KNOB_PAGESIZE);
 	int n = 0;
 
 	if (forced(ctx)) {
@@ -178,11 +178,11 @@ bool policy_libc_would_keep(size_t len, size_t kept)
  * allows, with room left for fork's copies. */
 struct hp_plan policy_plan(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
-	size_t knob = atomic_load_explicit(&hp_cfg.pagesize, memory_order_relaxed);
+	size_t knob = (size_t)hp_knob(KNOB_PAGESIZE);
 
 	if (forced(ctx))
 		return (struct hp_plan){HP_BACKEND_HUGETLB, ctx->pagesize};
-	switch (atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed)) {
+	switch ((int)hp_knob(KNOB_MODE)) {
 	case MODE_HUGETLB:
 		return (struct hp_plan){HP_BACKEND_HUGETLB, choose_pagesize(knob, size, numa)};
 	case MODE_AUTO: /* a page size whose pool keeps room for fork's copies */
@@ -214,7 +214,7 @@ bool policy_nodes_can_serve(struct hp_plan p, size_t size, hp_numa_t numa)
  * ordinary shared memory), or -1: nothing (ENOMEM). */
 int policy_fallback(void)
 {
-	switch (atomic_load_explicit(&hp_cfg.fallback, memory_order_relaxed)) {
+	switch ((int)hp_knob(KNOB_FALLBACK)) {
 	case FALLBACK_THP:
 		return HP_BACKEND_THP;
 	case FALLBACK_SMALL:
@@ -234,7 +234,7 @@ int policy_fallback(void)
  * their pages are planned from the whole machine's pools. */
 struct hp_plan policy_shared_plan(size_t size, size_t pagesize)
 {
-	int mode = atomic_load_explicit(&hp_cfg.mode, memory_order_relaxed);
+	int mode = (int)hp_knob(KNOB_MODE);
 	size_t ps = pagesize ? pagesize : policy_pagesize(size, HP_NUMA_DEFAULT);
 
 	if (ps && (pagesize || mode == MODE_HUGETLB ||

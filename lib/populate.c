@@ -166,7 +166,7 @@ static int auto_threads(void)
 
 static int wanted_threads(void)
 {
-	int v = atomic_load_explicit(&hp_cfg.populate, memory_order_relaxed);
+	int v = (int)hp_knob(KNOB_POPULATE);
 	static _Atomic int auto_n = -1;
 
 	if (v != HP_POPULATE_AUTO)
@@ -340,7 +340,7 @@ static uint64_t mem_read_ms;       /* when (pop_lock); 0: never */
 static size_t read_free(void)
 {
 	size_t free = memcg_headroom(FREE_FRESH_MS);
-	size_t max = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	size_t max = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
 	if (max) {
 		size_t rss = hp_self_rss(); /* 0: unreadable, no bound */
 		size_t left = rss < max ? max - rss : 0;

@@ -96,7 +96,7 @@ static void ring_unlink_locked(struct hp_block *b)
 static bool ring_wanted(bool sync)
 {
 	return !sync && ring_ready() && !ring_backlogged() &&
-	       atomic_load_explicit(&hp_cfg.uring, memory_order_relaxed);
+	       hp_knob(KNOB_URING);
 }
 
 /* rel_lock held: into the ring (linked first: it is the ring's from its
