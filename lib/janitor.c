@@ -1,4 +1,5 @@
-/* The janitor: hpalloc's one background thread, and its schedule.
+/* The janitor: hpalloc's background thread for releases, decay, reload and
+ * stats, and its schedule (the populate workers are populate.c's).
  *
  * Started when there is work for it, never before: by the first huge block
  * the process maps (heap.c; again in a forked child, by its own first
@@ -118,13 +119,13 @@ static bool rss_quiet(bool over)
 /* cache_rss_max: a process over it (resident memory, as Dask's memory
  * manager and the OOM killer see it) gets the excess back from the cache,
  * and the cache keeps nothing new until it is under again.  Read here, off
- * every lock and the allocation path; without a janitor there is no such
- * bound (nor live reload).  An unreadable statm (no /proc) reads as 0: no
+ * every lock and the allocation path.  Without a janitor (no huge block
+ * yet) only make_room() holds it, on the allocation path (heap.c).  An unreadable statm (no /proc) reads as 0: no
  * bound.  Returns whether to look again in WATCH_TICK_MS. */
 static bool yield_over_rss(void)
 {
 	static bool over;
-	size_t limit = atomic_load_explicit(&hp_cfg.cache_rss_max, memory_order_relaxed);
+	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
 	if (!limit || rss_quiet(over)) {
 		over = false;
 		cache_set_over_rss(false);

@@ -1,5 +1,6 @@
 /* prim.c: the only place in lib/ that talks to the kernel about memory --
- * every mmap, munmap, mprotect, mremap, madvise, mincore, mbind,
+ * every mmap, munmap, mprotect, mremap, madvise (but the ones ring.c
+ * submits to io_uring, IORING_OP_MADVISE), mincore, mbind,
  * get/set_mempolicy, memfd_create, ftruncate and seal, every read of the
  * hugetlb and THP files of sysfs, and every read of the memory cgroup's
  * files.  Modelled on mimalloc's include/mimalloc/prim.h: os.c, shared.c,
