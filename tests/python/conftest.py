@@ -12,6 +12,7 @@ import mmap
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -34,6 +35,22 @@ import numpy as np  # noqa: E402
 
 import hpalloc  # noqa: E402
 import hpalloc.numpy  # noqa: E402
+
+# The start of a child script that reads hpalloc's counters: hp_stats(), the
+# counters of the libhpalloc.so.1 its activation loaded (same SONAME: dlopen
+# finds it), by name.
+CHILD_HP_STATS = textwrap.dedent("""
+    import ctypes
+
+    def hp_stats():
+        lib = ctypes.CDLL("libhpalloc.so.1")
+        lib.hp_stat_name.restype = ctypes.c_char_p
+        v = (ctypes.c_uint64 * 64)()
+        if lib.hp_stats_get(v) != 0:
+            raise SystemExit("hp_stats_get failed")
+        names = (lib.hp_stat_name(i) for i in range(64))
+        return {n.decode(): v[i] for i, n in enumerate(names) if n}
+""")
 
 if INPLACE and not os.path.abspath(hpalloc.__file__).startswith(
         os.path.join(os.path.abspath(INPLACE), "hpalloc")):

@@ -49,7 +49,7 @@ import textwrap
 
 import pytest
 
-from conftest import python_env
+from conftest import CHILD_HP_STATS, python_env
 from hp_memcg import MemCgroup, Unavailable
 from hp_pytest_automake import skip
 
@@ -60,19 +60,7 @@ HPCTL = os.path.join(BUILDDIR, "tools", "hpctl") if BUILDDIR else None
 PRELOAD = os.path.join(BUILDDIR, "lib", ".libs", "libhpalloc-preload.so") if BUILDDIR else None
 
 # ---- the program ----------------------------------------------------------------
-STATS = textwrap.dedent("""
-    import ctypes
-
-    def hp_stats():
-        # the library the activation loaded (same SONAME: dlopen finds it)
-        lib = ctypes.CDLL("libhpalloc.so.1")
-        lib.hp_stat_name.restype = ctypes.c_char_p
-        v = (ctypes.c_uint64 * 64)()
-        if lib.hp_stats_get(v) != 0:
-            raise SystemExit("hp_stats_get failed")
-        names = (lib.hp_stat_name(i) for i in range(64))
-        return {n.decode(): v[i] for i, n in enumerate(names) if n}
-""")
+STATS = CHILD_HP_STATS
 
 PARTIAL_FILL = STATS + textwrap.dedent("""
     import os, sys, time

@@ -33,7 +33,7 @@ import textwrap
 
 import pytest
 
-from conftest import python_env
+from conftest import CHILD_HP_STATS, python_env
 from hp_memcg import MemCgroup, Unavailable
 from hp_memory import CHILD
 from hp_pytest_automake import skip
@@ -48,19 +48,9 @@ PRELOAD = os.path.join(BUILDDIR, "lib", ".libs", "libhpalloc-preload.so") if BUI
 PREFIX = "hpalloc-pressure-"
 
 # ---- the program -----------------------------------------------------------------
-PROGRAM = textwrap.dedent("""
-    import ctypes, os, sys
+PROGRAM = CHILD_HP_STATS + textwrap.dedent("""
+    import os, sys
     import numpy as np
-
-    def hp_stats():
-        # the library the activation loaded (same SONAME: dlopen finds it)
-        lib = ctypes.CDLL("libhpalloc.so.1")
-        lib.hp_stat_name.restype = ctypes.c_char_p
-        v = (ctypes.c_uint64 * 64)()
-        if lib.hp_stats_get(v) != 0:
-            sys.exit("hp_stats_get failed")
-        names = (lib.hp_stat_name(i) for i in range(64))
-        return {n.decode(): v[i] for i, n in enumerate(names) if n}
 
     ACTIVATE
     a = np.ones(1 << 27); del a                          # 1 GiB, freed
