@@ -234,6 +234,39 @@ def python_env(**extra):
     return env
 
 
+def hpctl_path():
+    """The hpctl a user of the interpreter under test runs: in make
+    check-venv the venv's (the wheel's, which finds its own package and
+    preload library), else the build tree's (python_env() points it at the
+    tree's package; preload_env() at its preload library).  Never one
+    configure's prefix may hold: that is another copy, or none."""
+    if VENV:
+        path = os.path.join(os.path.dirname(sys.executable), "hpctl")
+    else:
+        builddir = os.environ.get("abs_top_builddir")
+        if not builddir:
+            pytest.skip("needs the build tree's hpctl (run through make check)")
+        path = os.path.join(builddir, "tools", "hpctl")
+    if not os.access(path, os.X_OK):
+        pytest.skip("%s is not built" % path)
+    return path
+
+
+def preload_env(env):
+    """env for hpctl_path() run --preload: the build tree's hpctl is told the
+    tree's preload library; the venv's finds the wheel's own.  Skips where
+    an interposer of malloc cannot run (ASan)."""
+    if os.environ.get("SANITIZER_FLAGS"):
+        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
+                    "(make check-preload-valgrind runs the preload tests under memcheck)")
+    if VENV:
+        return env
+    preload = os.environ.get("HPALLOC_TEST_PRELOAD")
+    if not preload:
+        pytest.skip("needs the build tree's preload library (run through make check)")
+    return dict(env, HPALLOC_PRELOAD_PATH=preload)
+
+
 def run_python(code, env=None, check=True):
     """Run code in a fresh interpreter (the one running the tests)."""
     proc = subprocess.run([sys.executable, "-c", code], env=env or python_env(),

@@ -1,7 +1,8 @@
 """The import hook of hpalloc_activate (`hpctl run`, HPALLOC_NUMPY=1) against
-the ways programs import NumPy.  Each program runs under the build tree's
-`hpctl run --check` and must end with hpalloc as the handler of a large array
-allocated in its main thread, exit 0, and print no traceback.
+the ways programs import NumPy.  Each program runs under `hpctl run --check`
+(the build tree's, or in make check-venv the venv's) and must end with
+hpalloc as the handler of a large array allocated in its main thread, exit
+0, and print no traceback.
 
 Failed on main before the fixes:
   find_spec      importlib.util.find_spec("numpy") (a test for an optional
@@ -13,16 +14,14 @@ Failed on main before the fixes:
                  that thread only, the main thread stayed on NumPy's default
                  allocator while --check said it was active."""
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from conftest import python_env
+from conftest import VENV, hpctl_path, python_env
 
-BUILDDIR = os.environ.get("abs_top_builddir")
 
 CASES = {
     "find_spec": """
@@ -60,12 +59,10 @@ print(get_handler_name(np.zeros(1 << 22)))
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_import_styles_activate_in_main_thread(case, tmp_path):
-    if not BUILDDIR:
-        pytest.skip("needs the build tree's hpctl (run through make check)")
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(CASES[case]) + CHECK)
-    hpctl = os.path.join(BUILDDIR, "tools", "hpctl")
-    proc = subprocess.run([hpctl, "run", "--check", "--", "/usr/bin/python3", str(prog)],
+    python = sys.executable if VENV else "/usr/bin/python3"
+    proc = subprocess.run([hpctl_path(), "run", "--check", "--", python, str(prog)],
                           env=python_env(), capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr

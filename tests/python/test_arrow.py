@@ -351,17 +351,13 @@ def test_hpctl_run_puts_arrow_buffers_on_huge_pages(preload, tmp_path):
     import os
     import subprocess
     import sys
-    from conftest import python_env
-    builddir = os.environ.get("abs_top_builddir")
-    if not builddir:
-        pytest.skip("needs the build tree's hpctl (run through make check)")
-    if preload and os.environ.get("SANITIZER_FLAGS"):
-        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc")
+    from conftest import hpctl_path, preload_env, python_env
+    hpctl = hpctl_path()
+    env = preload_env(python_env()) if preload else python_env()
     prog = tmp_path / "prog.py"
     prog.write_text(ARROW_PROG)
-    env = python_env()
     env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
-    args = [os.path.join(builddir, "tools", "hpctl"), "run", "--check"] + \
+    args = [hpctl, "run", "--check"] + \
         (["--preload"] if preload else []) + ["--", sys.executable, str(prog)]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import hpalloc
-from conftest import VENV, python_env
+from conftest import hpctl_path, preload_env, python_env
 from hp_memory import CHILD
 
 MiB = 1 << 20
@@ -201,43 +201,15 @@ def test_demo_with_hpalloc_numpy_env(user_site, plain):
     check_output(run_demo([], dict(user_site, HPALLOC_NUMPY="1")), plain)
 
 
-def hpctl():
-    """The hpctl a user of this interpreter runs: in make check-venv the
-    venv's (the wheel's, which finds its own preload library), else the
-    build tree's."""
-    if VENV:
-        path = os.path.join(os.path.dirname(sys.executable), "hpctl")
-    else:
-        path = os.path.join(BUILDDIR, "tools", "hpctl")
-    if not os.access(path, os.X_OK):
-        pytest.skip("%s is not built" % path)
-    return path
-
-
-def preload_env(env):
-    """env for hpctl run --preload: the build tree's hpctl is told the build
-    tree's preload library (else it takes configure's libdir, which holds
-    another copy or none); the venv's finds the wheel's own."""
-    if os.environ.get("SANITIZER_FLAGS"):
-        pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
-                    "(make check-preload-valgrind runs the preload tests under memcheck)")
-    if VENV:
-        return env
-    preload = os.environ.get("HPALLOC_TEST_PRELOAD")
-    if not preload:
-        pytest.skip("needs the build tree's preload library (run through make check)")
-    return dict(env, HPALLOC_PRELOAD_PATH=preload)
-
-
 def test_demo_under_hpctl_run(user_site, plain):
-    check_output(run_demo([hpctl(), "run", "--"], user_site), plain)
+    check_output(run_demo([hpctl_path(), "run", "--"], user_site), plain)
 
 
 def test_demo_under_hpctl_run_preload(user_site, plain):
     """Under the preload library the child must still run without hpalloc
     (the demo takes the library out of its LD_PRELOAD), and the plain
     malloc row is hpalloc's."""
-    check_output(run_demo([hpctl(), "run", "--preload", "--"], preload_env(user_site)), plain,
+    check_output(run_demo([hpctl_path(), "run", "--preload", "--"], preload_env(user_site)), plain,
                  preload=True)
 
 

@@ -143,7 +143,8 @@ RECLAIM = CHILD + textwrap.dedent("""
     from hp_memory import overlapping
     from ctypes import c_void_p, c_size_t, c_char_p
     SIZE, MiB = 64 << 20, 1 << 20
-    lib = ctypes.CDLL("libhpalloc.so.1")
+    import hpalloc  # loads the package's own libhpalloc.so.1 (a venv's: through $ORIGIN)
+    lib = ctypes.CDLL("libhpalloc.so.1")  # that one, by its SONAME
     lib.hp_malloc.restype = lib.hp_calloc.restype = c_void_p
     lib.hp_malloc.argtypes, lib.hp_calloc.argtypes = [c_size_t], [c_size_t, c_size_t]
     lib.hp_free.argtypes, lib.hp_knob_set.argtypes = [c_void_p], [c_char_p, c_char_p]
