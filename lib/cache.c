@@ -179,7 +179,7 @@ struct hp_block *cache_take_run(uint64_t kind, size_t len)
 	size_t total = 0;
 	for (struct hp_block *b = lru_newest; b; b = b->lru_prev)
 		if (b->kind == kind)
-			total += b->map.len + HP_GUARD;
+			total += os_span(b->map.len);
 	if (total < len)
 		return NULL; /* the common case of a miss: one pass */
 	/* the newest first: its pages are the likeliest to be warm */

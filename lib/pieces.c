@@ -77,6 +77,7 @@ static void cut_tail(struct hp_block *b, size_t size)
 	struct hp_block *tail = calloc(1, sizeof(*tail));
 	if (!tail)
 		return;
+	size_t whole = b->map.len;
 	if (os_thp_split(&b->map, len, &tail->map) < 0) {
 		free(tail);
 		return;
@@ -85,7 +86,7 @@ static void cut_tail(struct hp_block *b, size_t size)
 	tail->family = b->family;
 	tail->fork_gen = b->fork_gen;
 	tail->dirty = true;
-	stat_sub(HP_STAT_MAPPED_BYTES, HP_GUARD); /* b's guard now */
+	stat_sub(HP_STAT_MAPPED_BYTES, whole - b->map.len - tail->map.len); /* b's guard now */
 	stat_add(HP_STAT_CACHE_CUTS, 1);
 	cache_put_unlocked(tail);
 }
@@ -94,10 +95,13 @@ static void cut_tail(struct hp_block *b, size_t size)
  * unchanged if the kernel refused. */
 static bool join_next(struct hp_block *b, struct hp_block *next)
 {
+	size_t apart = b->map.len + next->map.len;
 	if (os_thp_join(&b->map, &next->map) < 0)
 		return false;
 	b->lazy += next->lazy; /* its offered pages are b's now (memcg.c) */
-	stat_add(HP_STAT_MAPPED_BYTES, HP_GUARD); /* b's guard is part of it again */
+	/* b's guard is part of it again: 2 MiB after a cut, up to 4 MiB - 4 KiB
+	 * after a shrink to a length short of a 2 MiB boundary (os_span) */
+	stat_add(HP_STAT_MAPPED_BYTES, b->map.len - apart);
 	stat_add(HP_STAT_CACHE_JOINS, 1);
 	free(next);
 	return true;

@@ -395,6 +395,37 @@ static void test_pieces_join(void **state)
 	assert_int_equal(harness_mapped(big, BIG), 0);
 }
 
+/* A cut piece shrunk by realloc to a length short of a 2 MiB boundary has a
+ * guard longer than 2 MiB (hpalloc(7): to the next boundary), yet still
+ * ends where the rest of its block starts; joined again, the block counts
+ * every byte of that guard as mapped.  The join counted 2 MiB: the soak
+ * found mapped_bytes 2 MiB - 4 KiB short of live + cached. */
+static void test_join_after_shrink_counts_its_guard(void **state)
+{
+	(void)state;
+	knobs();
+	harness_knob("threshold", "64K");
+	char *big = cached_big();
+	char *f = small_block(1536 * KiB, 41); /* cut: a 2 MiB front, its guard, the rest cached */
+	assert_ptr_equal(f, big);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG - GUARD);
+	char *g = hp_realloc(f, 900 * KiB); /* shrunk where it is: its guard now 900 KiB .. 4 MiB */
+	assert_ptr_equal(g, big);
+	assert_filled(g, 900 * KiB, 41);
+	hp_free(g);
+	size_t shrunk = 900 * KiB; /* a multiple of 4 KiB */
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), shrunk + BIG - 2 * GUARD);
+	uint64_t joins = harness_stat(HP_STAT_CACHE_JOINS);
+	char *p = hp_malloc(BIG - 2 * MiB); /* the shrunk piece and the rest, joined */
+	assert_ptr_equal(p, big);
+	assert_int_equal(harness_stat(HP_STAT_CACHE_JOINS), joins + 1);
+	harness_fill(p, BIG - 2 * MiB, 42);
+	assert_int_equal(harness_stat(HP_STAT_MAPPED_BYTES), BIG);
+	hp_free(p);
+	flush_and_check_empty();
+	assert_int_equal(harness_mapped(big, BIG), 0);
+}
+
 /* A join refused by the kernel part way: what was joined and what was not
  * go back to the cache intact, the request is mapped afresh, and every
  * piece still serves. */
@@ -491,6 +522,7 @@ int main(int argc, char **argv)
 		HTEST(test_mid_sized_requests),
 		HTEST(test_exact_fit_first),
 		HTEST(test_pieces_join),
+		HTEST(test_join_after_shrink_counts_its_guard),
 		HTEST(test_join_fails_part_way),
 		HTEST(test_threads),
 	};
