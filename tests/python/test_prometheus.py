@@ -72,6 +72,8 @@ METRICS = {
     "memcg_cache_bound": ("hpalloc_memcg_cache_bound_bytes", {}, 1),
     "memcg_released_bytes": ("hpalloc_memcg_released_bytes_total", {}, 1),
     "libc_trims": ("hpalloc_libc_trims_total", {}, 1),
+    "thp_splits_seen": ("hpalloc_thp_splits_seen_total", {}, 1),
+    "thp_underused_splits_seen": ("hpalloc_thp_underused_splits_seen_total", {}, 1),
 }
 for _origin in ("api", "numpy", "python", "torch", "numba", "preload"):
     METRICS[_origin + "_huge_bytes"] = ("hpalloc_huge_bytes", {"origin": _origin}, 1)
