@@ -19,6 +19,9 @@
 #include "config.h"
 #endif
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -333,52 +336,59 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	return 0;
 }
 
-/* The block's last 2 MiB extent is partial, so on 4 KiB pages (its VMA
- * ends inside it), and the grown block holds it whole.  The block moves into
- * a fresh reservation, its whole extents by their page tables, and that
- * extent's bytes are copied there, into a huge page faulted fresh.  Not a
- * collapse in place (MADV_COLLAPSE): the same copy, in the kernel, but it
- * fails while compaction or reclaim holds one of the extent's pages
- * (EAGAIN), and the grown block then stays partly on 4 KiB pages. */
-static int grow_copying_tail(struct hp_map *m, size_t new_len)
-{
-	char *old = m->addr;
-	size_t whole = m->len & ~(HP_THP_SIZE - 1);
-	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
-
-	if (!target)
-		return -1;
-	if (!prim_remap(old, whole, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target)) {
-		prim_unmap(target, os_span(new_len));
-		return -1;
-	}
-	memcpy(target + whole, old + whole, m->len - whole);
-	prim_unmap(old + whole, os_span(m->len) - whole);
-	prim_advise(guard_of(target, new_len), guard_len(new_len), MADV_HUGEPAGE);
-	prim_protect(guard_of(target, new_len), guard_len(new_len), guard_prot());
-	m->addr = target;
-	return 0;
-}
-
 /* Whether growing from old_len to new_len makes a partial last extent
- * whole. */
+ * whole.  That extent is on 4 KiB pages (the VMA ended inside it). */
 static bool completes_extent(size_t old_len, size_t new_len)
 {
 	return old_len % HP_THP_SIZE && (old_len & ~(HP_THP_SIZE - 1)) + HP_THP_SIZE <= new_len;
+}
+
+/* Collapse the completed extent at whole in place (one copy of at most
+ * 2 MiB, in the kernel; Linux 6.1+).  The kernel refuses with EAGAIN while
+ * compaction or reclaim holds one of its pages. */
+static bool collapse_extent(char *addr, size_t whole)
+{
+	return prim_advise(addr + whole, HP_THP_SIZE, MADV_COLLAPSE) == 0;
+}
+
+/* The collapse refused: the block moves into a fresh reservation, its whole
+ * extents by their page tables, and the used bytes of the completed extent
+ * are copied there, into a huge page faulted fresh (tests/preload/threads
+ * failed in CI with a grown block partly on 4 KiB pages).  Best effort: the
+ * block stays as it is if no reservation can be had. */
+static void refault_extent(struct hp_map *m, size_t whole, size_t used)
+{
+	char *old = m->addr;
+	char *target = map_aligned(m->len, PROT_NONE, MAP_NORESERVE);
+
+	if (!target)
+		return;
+	if (!prim_remap(old, whole, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, target)) {
+		prim_unmap(target, os_span(m->len));
+		return;
+	}
+	memcpy(target + whole, old + whole, used);
+	prim_unmap(old + whole, os_span(m->len) - whole);
+	prim_advise(guard_of(target, m->len), guard_len(m->len), MADV_HUGEPAGE);
+	prim_protect(guard_of(target, m->len), guard_len(m->len), guard_prot());
+	m->addr = target;
 }
 
 /* A block shorter than one huge page that grows to hold one is copied by
  * the caller (at most 2 MiB, into a block placed as a new one is). */
 static int grow_thp(struct hp_map *m, size_t new_len)
 {
-	if (completes_extent(m->len, new_len)) {
-		if (m->len < HP_THP_SIZE || grow_copying_tail(m, new_len) < 0)
-			return -1;
-	} else if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0) {
+	size_t old_len = m->len, whole = old_len & ~(HP_THP_SIZE - 1);
+	bool completes = completes_extent(old_len, new_len);
+
+	if (completes && !whole)
 		return -1;
-	}
+	if (grow_in_place(m, new_len) < 0 && grow_by_moving(m, new_len) < 0)
+		return -1;
 	m->len = new_len;
 	prim_advise(m->addr, new_len, MADV_HUGEPAGE);
+	if (completes && !collapse_extent(m->addr, whole))
+		refault_extent(m, whole, old_len - whole);
 	return 0;
 }
 
