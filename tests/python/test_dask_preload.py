@@ -24,6 +24,11 @@ import pytest
 
 from hp_pytest_automake import need
 
+if os.environ.get("SANITIZER_FLAGS"):
+    pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
+                "(make check-preload-valgrind runs the preload tests under memcheck)",
+                allow_module_level=True)
+
 distributed = need("distributed")
 from distributed import Client, LocalCluster  # noqa: E402
 

@@ -160,8 +160,10 @@ def check_output(out, plain, preload=False):
     check_with(again_with, DEMO_SIZE, numpy_rows)
     check_without(again_without, "default_allocator", plain["zeros"], DEMO_SIZE)
     # hpalloc's cache hands the freed block back with its pages; NumPy's
-    # default faults a fresh mapping in
-    assert faults(again_with) <= 64 and faults(again_with) < faults(again_without), out
+    # default faults a fresh mapping in.  (Under ASan every write also
+    # faults in shadow memory, 2,048 faults for the 64 MiB here: not counted.)
+    if not os.environ.get("SANITIZER_FLAGS"):
+        assert faults(again_with) <= 64 and faults(again_with) < faults(again_without), out
 
     for key, label, allocator in (("torch", "torch.ones(16M)", "c10"),
                                   ("numba", "@njit np.ones(16M)", "NRT")):
