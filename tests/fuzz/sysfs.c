@@ -18,9 +18,9 @@
  * it has, ascending, each with a terminated setting, serving madvised
  * memory exactly when its setting is always or madvise, or inherit while
  * the top-level one is; prim_pool_counter() is the file's leading number or
- * -1 without one; memcg.c finds no limit (no bound on the cache) or one
- * below 2^62, under which the cache may keep at most half (nothing under a
- * limit of 0). */
+ * -1 without one; memcg.c finds no limit (nothing measured: no bound on
+ * the cache) or one below 2^62, under which it measures at most the limit
+ * free (nothing under a limit of 0). */
 #include "fuzz.h"
 #include "internal.h"
 
