@@ -52,7 +52,7 @@ static struct hp_block *buckets[NBUCKETS];
 static struct hp_block *lru_oldest, *lru_newest;
 static size_t cached_bytes;
 /* Of cached_bytes, the THP blocks': what a memory cgroup is charged for,
- * and what memcg.c's bound applies to (hugetlb pool pages are not). */
+ * and what memcg_bound() applies to (hugetlb pool pages are not). */
 static size_t charged_bytes;
 
 static bool charged(const struct hp_block *b)
@@ -486,7 +486,8 @@ static void decayed(uint64_t now_ms)
 }
 
 /* Blocks idle past the decay in force, and any excess over a lowered
- * cache_max or over memcg.c's bound (which the janitor just read). */
+ * cache_max or over memcg_bound() (from the reading cache_watch just had
+ * memcg.c make, or the last one on a free without a janitor). */
 struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
 	uint64_t decay = decay_in_force();
