@@ -1,13 +1,49 @@
-/* Reuse cache for freed huge blocks: NumPy's npy_alloc_cache idea, for
- * large blocks.  Buckets by mapping length (4 classes per power of two),
- * most recently freed first; one LRU list for the bounds (cache_max, and
- * memcg.c's share of a memory cgroup's headroom) and for decay.  All
- * functions but cache_keep_resident() (atomic) run with hp_heap_lock held
- * and never touch memory through the kernel: whatever must go is returned
- * as a list for the caller to release.  The one system call they may make
- * is a log line's write (the learning decay's, with verbose=2): the
- * application threads that reach one run with cancellation disabled
- * (HP_NOCANCEL_BEGIN), the other is the janitor, hpalloc's own. */
+/* The reuse cache for freed huge blocks -- NumPy's npy_alloc_cache idea,
+ * for large blocks -- and the one owner of what it may keep and when it
+ * gives back, as tcmalloc's HugeCache owns its limit and its release.
+ * Buckets by mapping length (4 classes per power of two), most recently
+ * freed first; one LRU list for the bounds and for decay.
+ *
+ * What it may keep, each rule here (the facts it needs are others'
+ * measures: memcg.c the cgroup's limit and working set, smaps.c the
+ * process's resident memory, small.c what libc has learnt):
+ *   - cache_max, the oldest out first (cache_put, trim_to);
+ *   - in a memory cgroup with a limit, a share of its headroom
+ *     (memcg_bound; the cache_memcg knob);
+ *   - while the process's resident memory is over cache_rss_max, nothing
+ *     new, and the excess back (over_rss, watch_rss);
+ *   - idle blocks for the learned decay (cache_expire);
+ *   - of THP blocks, resident only what libc would have kept; the rest is
+ *     offered to the kernel as it enters (libc_would_keep, cache_offer).
+ * When it gives back: as a block enters (cache_put); before a fresh
+ * mapping (cache_before_map: the cgroup's share and cache_rss_max, and
+ * glibc's free memory when the block does not fit under the cgroup's
+ * limit); at every janitor round (cache_watch), or on free without a
+ * janitor (heap.c retire_locked calls cache_expire).  Others do the
+ * giving: release.c unmaps what the cache hands it, os.c's os_lazyfree
+ * offers pages, small.c's small_libc_give_back has glibc trim.  Other
+ * give-backs are not limits and stay their callers' (heap.c: a short
+ * hugetlb pool, hp_cache_flush, a forked child).
+ *
+ * Threads and locks -- who calls what with which lock:
+ *   - with hp_heap_lock held (heap.c's: registry and cache together):
+ *     cache_take*, cache_put, cache_expire, cache_missed -- from heap.c
+ *     and pieces.c.  They never touch memory through the kernel: whatever
+ *     must go is returned as a list for the caller to hand to release.c
+ *     (release_adopt) under the same lock.  The one system call they may
+ *     make is a log line's write (the learning decay's, with verbose=2):
+ *     the application threads that reach one run with cancellation
+ *     disabled (HP_NOCANCEL_BEGIN), the other is the janitor, hpalloc's
+ *     own.
+ *   - without it, because they read files or advise the kernel first:
+ *     cache_before_map (the allocating thread, before mmap),
+ *     cache_before_put and cache_offer (the freeing or cutting thread, on
+ *     a block that is still its alone), cache_watch (the janitor alone).
+ *     Those that give back take hp_heap_lock themselves for the cache's
+ *     part, adopt under it and release_flush after it (give_back_*).
+ *   - atomics between the two: kept_bytes (cache_offer reserves, the
+ *     locked side frees), over_rss (the janitor writes, cache_put reads),
+ *     rss_idle and fills (cache_put wakes the janitor through them). */
 #include "internal.h"
 
 #define NBUCKETS (4 * 64)
@@ -16,7 +52,7 @@ static struct hp_block *buckets[NBUCKETS];
 static struct hp_block *lru_oldest, *lru_newest;
 static size_t cached_bytes;
 /* Of cached_bytes, the THP blocks': what a memory cgroup is charged for,
- * and what memcg.c's bound applies to (hugetlb pool pages are not). */
+ * and what memcg_bound() applies to (hugetlb pool pages are not). */
 static size_t charged_bytes;
 
 static bool charged(const struct hp_block *b)
@@ -24,35 +60,137 @@ static bool charged(const struct hp_block *b)
 	return b->map.backend == HP_BACKEND_THP;
 }
 
-static int bucket_of(size_t len)
+/* ---- a memory cgroup's share ---------------------------------------------------
+ * A container, a systemd unit, a Kubernetes pod, a Dask worker: each is a
+ * memory cgroup with a limit, and what the cache keeps after a free stays
+ * charged to it.  MADV_FREE (cache_offer) lets the kernel take those pages
+ * back, but only once the charge reaches the limit: then the cgroup sits
+ * at its limit, every further charge reclaims first (the process is
+ * throttled), and the huge pages it takes come back split (measured,
+ * bench/results/pressure: the limit hit 14,000 and 184,000 times per
+ * process, reuse twice as slow as mapping afresh; the peers give the
+ * memory back at free and never get there).  So in a cgroup with a limit
+ * the cache keeps at most a share of the headroom, what would be free
+ * under the limit if the cache were empty:
+ *
+ *     cached THP bytes <= MEMCG_CACHE_SHARE_PCT % of (limit - working set + cached THP bytes)
+ *
+ * At 50 % that is: the cache never holds more than is still free, so the
+ * program can grow by as much as the cache holds before the kernel has
+ * anything to reclaim, and the janitor has that long to give it back.
+ * memcg_bound() is the rule, applied when a block enters the cache
+ * (cache_put), before a fresh THP mapping (cache_before_map) and at every
+ * janitor round (cache_expire), oldest blocks out first.  Only THP blocks
+ * count: hugetlb pool pages are not charged to a memory cgroup.  memcg.c
+ * measures (which cgroup, its limit, its working set, what is free under
+ * it); the cache_memcg knob switches the bound off. */
+
+/* A reading of the usage younger than this serves a free or a fresh
+ * mapping (a 1 MiB temporary freed thousands of times a second must not
+ * read a file each time); memory grows by a few MiB at most meanwhile. */
+#define MEMCG_FRESH_MS 5
+
+static bool memcg_bound_on(void)
 {
-	int k = 63 - __builtin_clzll((unsigned long long)len);
-	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
-	return 4 * k + sub;
+	return hp_knob(KNOB_CACHE_MEMCG);
+}
+
+/* How many bytes of THP blocks the cache may keep when it would hold
+ * charged bytes of them, from memcg.c's last reading (no system call: the
+ * heap lock may be held); SIZE_MAX: no bound (no limit, unknown, or the
+ * knob off).  The gauge memcg_cache_bound says it, 0 for none. */
+static size_t memcg_bound(size_t charged)
+{
+	size_t free = memcg_headroom_last();
+	if (!memcg_bound_on() || free == SIZE_MAX) {
+		atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
+		return SIZE_MAX;
+	}
+	size_t headroom = free > SIZE_MAX - charged ? SIZE_MAX : free + charged;
+	size_t bound = headroom / 100 * MEMCG_CACHE_SHARE_PCT;
+	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], bound, memory_order_relaxed);
+	return bound;
 }
 
 /* ---- blocks left resident ----------------------------------------------------
- * A THP block is offered to the kernel before it is cached, in the thread
- * that frees it and outside hp_heap_lock (heap.c's offer_to_kernel() says
- * why), unless libc would have kept it (policy_libc_would_keep()).  The
- * bytes so kept are reserved then, atomically, and given back when the
- * block leaves the cache -- taken, cut or joined, decayed, evicted,
- * released -- or is not cached after all. */
+ * A cached block that keeps its pages resident makes a process under a
+ * memory limit (a container's cgroup, no swap) be killed where libc's
+ * allocator, which gave them back, would live (issue 25).  So every THP
+ * block is offered to the kernel as it enters the cache (cache_offer:
+ * os_lazyfree, MADV_FREE): under pressure the kernel drops its pages like
+ * clean page cache, and otherwise a reuse finds them as they were --
+ * jemalloc's "muzzy" pages.  Done in the thread that caches the block,
+ * outside hp_heap_lock, while the block is that thread's alone and before
+ * anybody can take it from the cache: a lazy free issued later (the
+ * janitor's) could race a new owner's writes and discard them.  hugetlb
+ * blocks are not offered: pool pages are not the memory cgroup's
+ * (hpalloc(7) says what a cached one costs a cgroup).
+ *
+ * libc does not give everything back either: a block no larger than the
+ * mmap threshold it has learnt (small.c small_libc_learnt) it serves from
+ * its heap, and it keeps up to twice that free at the top of the heap (its
+ * trim threshold) -- resident, not the kernel's to take.  The offer is paid
+ * at every reuse: the advice cleans and ages the block's page table
+ * entries and flushes them from the TLB, and the next writes set each
+ * dirty bit again.  Measured on the development VM
+ * (tests/c/cache_libc_keeps.c says how to see it): ~90 us per MiB on 4 KiB
+ * pages, ~1 us per 2 MiB huge page, per reuse -- `d = a + b` on 1 MiB
+ * arrays took 1.9x its in-place loop with the offer and 1.02x without it.
+ * So a cached block libc would have kept too stays as it is, up to what
+ * libc would keep in all (libc_would_keep); larger blocks, and the rest,
+ * are offered.  The bytes so kept are reserved atomically when the block
+ * is offered, and given back when it leaves the cache -- taken, cut or
+ * joined, decayed, evicted, released -- or is not cached after all. */
 static _Atomic size_t kept_bytes;
 
-bool cache_keep_resident(struct hp_block *b)
+/* A cached block of len bytes, with kept bytes of cached blocks already
+ * left resident: libc would have kept it too. */
+static bool libc_would_keep(size_t len, size_t kept)
+{
+	size_t learnt = small_libc_learnt();
+	return len <= learnt && kept + len <= 2 * learnt;
+}
+
+static bool keep_resident(struct hp_block *b)
 {
 	size_t kept = atomic_load_explicit(&kept_bytes, memory_order_relaxed);
 
 	if (b->map.backend != HP_BACKEND_THP)
 		return false;
 	do {
-		if (!policy_libc_would_keep(b->map.len, kept))
+		if (!libc_would_keep(b->map.len, kept))
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(&kept_bytes, &kept, kept + b->map.len,
 							memory_order_relaxed, memory_order_relaxed));
 	b->kept = true;
 	return true;
+}
+
+void cache_offer(struct hp_block *b)
+{
+	b->reclaimable = keep_resident(b) ? 0 : os_lazyfree(&b->map);
+	if (b->reclaimable > b->lazy) { /* its pages now sit where page cache does (memcg.c) */
+		memcg_lazy_add(b->reclaimable - b->lazy);
+		b->lazy = b->reclaimable;
+	}
+}
+
+/* A guess without the lock: cache_max may change meanwhile, and
+ * b->reclaimable stays true either way. */
+void cache_before_put(struct hp_block *b)
+{
+	if (b->map.backend != HP_BACKEND_THP || b->map.len > (size_t)hp_knob(KNOB_CACHE_MAX))
+		return; /* it will not be cached */
+	if (memcg_bound_on())
+		memcg_headroom(MEMCG_FRESH_MS); /* the usage, for cache_put's bound */
+	cache_offer(b);
+}
+
+static int bucket_of(size_t len)
+{
+	int k = 63 - __builtin_clzll((unsigned long long)len);
+	int sub = k >= 2 ? (int)((len >> (k - 2)) & 3) : 0;
+	return 4 * k + sub;
 }
 
 static void unkeep(struct hp_block *b)
@@ -213,7 +351,7 @@ static struct hp_block *trim_to(size_t limit, struct hp_block *out)
 	return out;
 }
 
-/* Oldest THP blocks out until charged_bytes <= limit: memcg.c's bound. */
+/* Oldest THP blocks out until charged_bytes <= limit: memcg_bound(). */
 static struct hp_block *trim_charged_to(size_t limit, struct hp_block *out)
 {
 	for (struct hp_block *b = lru_oldest, *next; b && charged_bytes > limit; b = next) {
@@ -227,19 +365,9 @@ static struct hp_block *trim_charged_to(size_t limit, struct hp_block *out)
 	return out;
 }
 
-struct hp_block *cache_take_over_memcg(void)
-{
-	return trim_charged_to(memcg_cache_bound(charged_bytes), NULL);
-}
-
-/* Set by the janitor, which reads the process's resident memory outside any
- * lock (cache_rss_max); read here, under the heap lock, with no syscall. */
+/* cache_rss_max: set by the janitor (watch_rss), read here under the heap
+ * lock with no system call. */
 static _Atomic bool over_rss;
-
-void cache_set_over_rss(bool over)
-{
-	atomic_store_explicit(&over_rss, over, memory_order_relaxed);
-}
 
 /* The janitor's last word, unless the bound is off since (then at once). */
 static bool over_rss_bound(void)
@@ -248,16 +376,13 @@ static bool over_rss_bound(void)
 	       (size_t)hp_knob(KNOB_CACHE_RSS_MAX) != 0;
 }
 
-struct hp_block *cache_take_oldest(size_t bytes)
-{
-	return trim_to(cached_bytes > bytes ? cached_bytes - bytes : 0, NULL);
-}
+static void filled(void);
 
 struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 {
 	size_t max = over_rss_bound() ? 0 : (size_t)hp_knob(KNOB_CACHE_MAX);
 	/* the headroom counts b: its pages move from live to cached */
-	size_t memcg_max = charged(b) ? memcg_cache_bound(charged_bytes + b->map.len) : SIZE_MAX;
+	size_t memcg_max = charged(b) ? memcg_bound(charged_bytes + b->map.len) : SIZE_MAX;
 
 	if (b->map.len > max || b->map.len > memcg_max) {
 		if (b->map.len <= max)
@@ -284,7 +409,7 @@ struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
 		lru_oldest = b;
 	lru_newest = b;
 	if (!cached_bytes)
-		janitor_cache_filled();
+		filled();
 	cached_bytes += b->map.len;
 	if (charged(b))
 		charged_bytes += b->map.len;
@@ -361,12 +486,13 @@ static void decayed(uint64_t now_ms)
 }
 
 /* Blocks idle past the decay in force, and any excess over a lowered
- * cache_max or over memcg.c's bound (which the janitor just read). */
+ * cache_max or over memcg_bound() (from the reading cache_watch just had
+ * memcg.c make, or the last one on a free without a janitor). */
 struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
 	uint64_t decay = decay_in_force();
 	struct hp_block *out = trim_to((size_t)hp_knob(KNOB_CACHE_MAX), NULL);
-	out = trim_charged_to(memcg_cache_bound(charged_bytes), out);
+	out = trim_charged_to(memcg_bound(charged_bytes), out);
 	bool any = false;
 
 	while (lru_oldest && lru_oldest->cached_at_ms + decay <= now_ms) {
@@ -399,4 +525,151 @@ struct hp_block *cache_take_backend(int backend)
 		b = next;
 	}
 	return out;
+}
+
+/* ---- giving back, outside the lock ------------------------------------------------
+ * The entry points below are called without hp_heap_lock: they measure
+ * first (files, statm: no lock held), then take the lock for the cache's
+ * part alone, hand what leaves to release.c under it (release_adopt: a
+ * fork never finds a block owned by nobody) and send it on its way after
+ * (release_flush; sync: in this thread, never through the ring). */
+
+/* At least bytes of cached blocks back, the oldest first. */
+static void give_back_oldest(size_t bytes, bool sync)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	release_adopt(trim_to(cached_bytes > bytes ? cached_bytes - bytes : 0, NULL));
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(sync);
+}
+
+/* THP blocks back, the oldest first, until within memcg_bound(). */
+static void give_back_over_memcg(void)
+{
+	pthread_mutex_lock(&hp_heap_lock);
+	release_adopt(trim_charged_to(memcg_bound(charged_bytes), NULL));
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(true);
+}
+
+/* A memory cgroup's limit: a fresh THP block (its pages will be charged to
+ * the cgroup; a hugetlb block's are the pool's) counts as used from now
+ * on, the cache is brought within its share, and if the block does not fit
+ * in what is free, libc gives back the free memory it holds -- else the
+ * kernel has nothing to reclaim for it (small.c small_libc_give_back says
+ * what and why). */
+static void memcg_before_map(size_t size)
+{
+	if (!memcg_bound_on())
+		return;
+	size_t free = memcg_headroom(MEMCG_FRESH_MS);
+	if (free == SIZE_MAX)
+		return; /* no limit */
+	memcg_charging(size);
+	if (atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
+		give_back_over_memcg();
+	if (free < size)
+		small_libc_give_back();
+}
+
+/* cache_rss_max, and a memory cgroup's limit: a fresh mapping must not
+ * take the process over the bound while the cache holds memory it could
+ * give back first -- so it gives that back now, in the allocating thread,
+ * before the new pages fault in (the janitor, 100 ms later, would be after
+ * a memory monitor saw the peak, or the cgroup reclaimed). */
+void cache_before_map(int backend, size_t size)
+{
+	if (backend == HP_BACKEND_THP)
+		memcg_before_map(size);
+	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
+	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
+		return;
+	size_t rss = hp_self_rss();
+	if (rss + size > limit)
+		give_back_oldest(rss + size - limit, true);
+}
+
+/* ---- the janitor's watch ------------------------------------------------------------
+ * cache_rss_max: a process over it (resident memory, as Dask's memory
+ * manager and the OOM killer see it) gets the excess back from the cache,
+ * and the cache keeps nothing new until it is under again (over_rss).
+ * Read by the janitor, off every lock and the allocation path; before a
+ * fresh mapping cache_before_map() holds it too, janitor or not.  An
+ * unreadable statm (no /proc) reads as 0: no bound.
+ *
+ * With nothing cached, the process under the bound, and no block cached
+ * since the last look, there is nothing to give back, so no reading of
+ * /proc/self/statm every watch tick -- the janitor waits its ordinary tick,
+ * and the block that fills the cache again wakes it (filled).  rss_idle:
+ * it waits so; fills: blocks that found the cache empty (a program reusing
+ * one block fills it on every free: that keeps the janitor watching rather
+ * than woken each time).  All three are the janitor's but for filled(),
+ * which cache_put calls. */
+static _Atomic bool rss_idle;
+static _Atomic uint64_t fills;
+
+static void filled(void)
+{
+	atomic_fetch_add_explicit(&fills, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst); /* the count, then rss_idle: see rss_quiet */
+	if (atomic_load_explicit(&rss_idle, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&rss_idle, false, memory_order_relaxed))
+		janitor_wake();
+}
+
+/* Whether the bound has nothing to look at (see rss_idle). */
+static bool rss_quiet(bool over)
+{
+	static uint64_t seen; /* fills at the last look */
+	uint64_t now = atomic_load_explicit(&fills, memory_order_relaxed);
+	bool quiet = !over && now == seen &&
+		     !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	seen = now;
+	if (!quiet)
+		return false;
+	atomic_store_explicit(&rss_idle, true, memory_order_relaxed);
+	/* a block cached after the load above either sees rss_idle and wakes
+	 * the janitor, or its count is seen here */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&fills, memory_order_relaxed) == seen)
+		return true;
+	atomic_store_explicit(&rss_idle, false, memory_order_relaxed);
+	return false;
+}
+
+/* Whether to look again soon. */
+static bool watch_rss(void)
+{
+	static bool over;
+	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
+	if (!limit || rss_quiet(over)) {
+		over = false;
+		atomic_store_explicit(&over_rss, false, memory_order_relaxed);
+		return false;
+	}
+	size_t rss = hp_self_rss();
+	over = rss > limit;
+	atomic_store_explicit(&over_rss, over, memory_order_relaxed);
+	if (over)
+		give_back_oldest(rss - limit, false);
+	return true;
+}
+
+bool cache_watch(uint64_t *next_deadline_ms)
+{
+	/* memcg.c reads the cgroup again first: cache_expire applies its bound */
+	bool watch = memcg_look() && memcg_bound_on() &&
+		     atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	pthread_mutex_lock(&hp_heap_lock);
+	release_adopt(cache_expire(hp_now_ms(), next_deadline_ms));
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(false);
+	return watch | watch_rss();
+}
+
+/* A forked child has no janitor to wake until its first huge block starts
+ * one. */
+void cache_forked(void)
+{
+	atomic_store(&rss_idle, false);
 }

@@ -4,7 +4,14 @@
  * Routing on free is by address, never by size or knobs: every huge block
  * starts on a 2 MiB (or 1 GiB) boundary, so a pointer that is not 2 MiB
  * aligned is small and goes straight to libc; an aligned one is looked up
- * in the registry.  Small blocks are small.c's. */
+ * in the registry.  Small blocks are small.c's.
+ *
+ * What the cache may keep and when it gives back is cache.c's: heap.c asks
+ * it before a fresh mapping (cache_before_map) and on free
+ * (cache_before_put, then cache_put under hp_heap_lock); it keeps the
+ * give-backs that are no bound of the cache's -- a short hugetlb pool, a
+ * forked child, hp_cache_flush -- and, without a janitor, the decay on
+ * free (retire_locked). */
 #include "internal.h"
 
 #include <errno.h>
@@ -63,59 +70,10 @@ static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_m
 	return -1;
 }
 
-/* ---- cached memory the kernel may take back ------------------------------------------
- * A cache that keeps freed memory resident makes a process under a memory
- * limit (a container's cgroup, no swap) be killed where libc's allocator,
- * which gave it back, would live (issue 25).  So every THP block is
- * offered to the kernel as it enters the cache (os_lazyfree: MADV_FREE):
- * under pressure the kernel drops its pages like clean page cache, and
- * otherwise a reuse finds them as they were -- jemalloc's "muzzy" pages.
- * Done in the thread that caches the block, while it is that thread's
- * alone and before anybody can take it from the cache: a lazy free issued
- * later (the janitor's) could race a new owner's writes and discard them.
- * hugetlb blocks are not offered: pool pages are not the memory cgroup's
- * (hpalloc(7) says what a cached one costs a cgroup); nor are blocks libc
- * would have kept resident itself, up to what it would keep (policy.c's
- * policy_libc_would_keep(): the offer costs every reuse). */
-void offer_to_kernel(struct hp_block *b)
-{
-	b->reclaimable = cache_keep_resident(b) ? 0 : os_lazyfree(&b->map);
-	if (b->reclaimable > b->lazy) { /* its pages now sit where page cache does (memcg.c) */
-		memcg_lazy_add(b->reclaimable - b->lazy);
-		b->lazy = b->reclaimable;
-	}
-}
-
-/* cache_rss_max, and a memory cgroup's limit (memcg.c): a fresh mapping
- * must not take the process over the bound while the cache holds memory it
- * could give back first -- so it gives that back now, in this thread,
- * before the new pages fault in (the janitor, 100 ms later, would be after
- * a memory monitor saw the peak, or the cgroup reclaimed). */
-static void make_room(struct hp_plan p, size_t size)
-{
-	/* memcg.c: a THP block's pages will be charged to the cgroup (a
-	 * hugetlb block's are the pool's) */
-	unsigned asks = p.backend == HP_BACKEND_THP ? memcg_before_map(size) : 0;
-	if (asks & MEMCG_SHRINK_CACHE) {
-		pthread_mutex_lock(&hp_heap_lock);
-		release_adopt(cache_take_over_memcg());
-		pthread_mutex_unlock(&hp_heap_lock);
-		release_flush(true);
-	}
-	if (asks & MEMCG_SHORT)
-		small_libc_give_back(); /* else the kernel has nothing to reclaim for it */
-	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
-	if (!limit || !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
-		return;
-	size_t rss = hp_self_rss();
-	if (rss + size > limit)
-		heap_yield(rss + size - limit, true);
-}
-
 static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa)
 {
 	struct hp_map m;
-	make_room(p, size);
+	cache_before_map(p.backend, size); /* what the cache gives back first */
 	if (map_placed(p, size, numa, &m) < 0)
 		return NULL;
 	struct hp_block *b = calloc(1, sizeof(*b));
@@ -248,14 +206,6 @@ static bool inherited(const struct hp_block *b)
 	return b->fork_gen != heap_fork_gen;
 }
 
-/* Freed now, b would be cached (a guess without the lock: cache_max may
- * change meanwhile, and b->reclaimable stays true either way). */
-static bool will_cache(const struct hp_block *b)
-{
-	return b->map.backend == HP_BACKEND_THP && !inherited(b) &&
-	       b->map.len <= (size_t)hp_knob(KNOB_CACHE_MAX);
-}
-
 /* hp_heap_lock held, b just taken out of the registry: into the cache or
  * to release.c, in the same critical section, so a fork never finds it
  * owned by nobody.  Without a janitor the cache decays here, on free.  The
@@ -271,22 +221,6 @@ static void retire_locked(struct hp_block *b)
 		release_adopt(cache_expire(now, &deadline));
 }
 
-void heap_yield(size_t bytes, bool sync)
-{
-	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(cache_take_oldest(bytes));
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(sync);
-}
-
-void heap_expire(uint64_t *next_deadline_ms)
-{
-	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(cache_expire(hp_now_ms(), next_deadline_ms));
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(false);
-}
-
 /* The child keeps the parent's live blocks (the program may still use and
  * free them) but unmaps its copies of the cached ones (see heap_fork_gen):
  * the parent's cached pages are then its own again, and reusing them costs
@@ -297,6 +231,7 @@ void heap_fork(int phase)
 	if (phase != FORK_CHILD)
 		return;
 	heap_fork_gen++;
+	cache_forked();
 	release_adopt(cache_take_all());
 	release_flush(true); /* no janitor, no ring in the child yet */
 }
@@ -335,10 +270,8 @@ void hp_free(void *ptr)
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
 	populate_forget(ptr); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
-	if (b && will_cache(b)) {
-		memcg_before_cache(); /* the cgroup's usage, for cache_put's bound */
-		offer_to_kernel(b); /* still live: the caller's alone */
-	}
+	if (b && !inherited(b))
+		cache_before_put(b); /* still live: the caller's alone */
 	pthread_mutex_lock(&hp_heap_lock);
 	b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;

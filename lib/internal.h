@@ -29,11 +29,13 @@
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
  *              sizes serve hpalloc's madvised mappings; the splits the
  *              kernel made while we held THP blocks (/proc/vmstat)
- *   cache.c    size-bucketed reuse cache of huge blocks, bound and decay
- *   memcg.c    the process's memory cgroup: which one, its limit, its
- *              working set (usage less inactive page cache), and the share
- *              of its headroom the cache may keep (cache.c applies it);
- *              what is free under it (populate.c's workers bound by it)
+ *   cache.c    size-bucketed reuse cache of huge blocks, and all it may
+ *              keep and when it gives back: cache_max, decay, the memory
+ *              cgroup's share, cache_rss_max, blocks left resident; before
+ *              a fresh mapping, on free, the janitor's watch
+ *   memcg.c    the process's memory cgroup, measured: which one, its limit,
+ *              its working set (usage less inactive page cache), what is
+ *              free under it (cache.c's and populate.c's rules use it)
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
  *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
@@ -281,7 +283,7 @@ struct hp_block {
 	size_t chunks_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
-	bool kept;                /* cached and not offered: cache_keep_resident() */
+	bool kept;                /* cached and not offered: cache_offer() */
 	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */
@@ -292,9 +294,6 @@ struct hp_block {
 	int bucket;
 };
 HP_HIDDEN extern pthread_mutex_t hp_heap_lock; /* registry + cache */
-/* b (the caller's alone) is about to be cached: its pages become the
- * kernel's to take under pressure (heap.c says why). */
-HP_HIDDEN void offer_to_kernel(struct hp_block *b);
 
 /* ---- registry.c: the live huge blocks (its first comment: who may touch them when) -- */
 /* Every huge block starts on a 2 MiB boundary: no other pointer is one. */
@@ -361,11 +360,12 @@ HP_HIDDEN void small_libc_learn(size_t size);
 /* The mmap threshold libc has learnt from hpalloc's frees so far: the
  * largest huge block freed, up to glibc's cap; 0 before any. */
 HP_HIDDEN size_t small_libc_learnt(void);
-/* A fresh block would not fit under the memory cgroup's limit: libc gives
- * back the free memory it holds (small.c says why). */
+/* A fresh block would not fit under the memory cgroup's limit (cache.c
+ * decides): libc gives back the free memory it holds (small.c says why). */
 HP_HIDDEN void small_libc_give_back(void);
 
-/* ---- cache.c (called with hp_heap_lock held) ----------------------------------- */
+/* ---- cache.c: the reuse cache and what it may keep (its first comment: who calls
+ * what with which lock) ---------------------------------------------------------- */
 /* What a cached block is looked up by: its backend and its placement (a
  * block placed under one policy never serves another), one word so the
  * lookup costs one comparison (bench/numa_cost.sh). */
@@ -373,12 +373,15 @@ static inline uint64_t cache_kind(int backend, hp_numa_t numa)
 {
 	return numa << 8 | (unsigned)backend;
 }
+/* With hp_heap_lock held, no system call (but the decay's log line): */
 /* A block of that kind with min_ps <= page size <= max_ps that fits size. */
 HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size);
 /* Takes ownership; returns blocks pushed out (to release after unlocking).
- * b->reclaimable says what os_lazyfree() gave of it (the caller's, before
- * locking: heap.c's offer_to_kernel()). */
+ * b->reclaimable says what cache_offer() gave of it (the caller's, before
+ * locking). */
 HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
+/* Blocks past their decay, and any excess over the bounds; the next
+ * deadline.  The janitor's round (cache_watch), or a free without one. */
 HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 /* The learned decay grows up to this many times the cache_decay_ms knob
  * (cache.c says how).  A bare number: knobs.c spells it in the knob's help
@@ -387,11 +390,6 @@ HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
 HP_HIDDEN struct hp_block *cache_take_all(void);
-/* cache_rss_max: the oldest blocks out, at least bytes of them (or all);
- * while the janitor says the process is over the bound, cache_put keeps
- * nothing. */
-HP_HIDDEN struct hp_block *cache_take_oldest(size_t bytes);
-HP_HIDDEN void cache_set_over_rss(bool over);
 /* For pieces.c, which cuts what it takes: a block of kind at least
  * len long, whatever it wastes; the block of family starting at addr;
  * cached pieces of kind lying side by side in one family, as many from the
@@ -400,15 +398,24 @@ HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
 HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_backend(int backend);
-/* THP blocks out, the oldest first, until the cache is within memcg.c's
- * bound (a fresh mapping is about to be charged to the cgroup). */
-HP_HIDDEN struct hp_block *cache_take_over_memcg(void);
-/* Called without hp_heap_lock (as is cache_set_over_rss, an atomic): THP block b
- * (the caller's, about to be cached) stays resident, not offered to the
- * kernel, if policy_libc_would_keep() says so of it and the cached blocks
- * kept so far; its bytes are then counted as kept until it leaves the
- * cache. */
-HP_HIDDEN bool cache_keep_resident(struct hp_block *b);
+/* Without hp_heap_lock (they read files, and take it themselves): */
+/* A fresh block of backend and size is about to be mapped: the cache gives
+ * back first what would take the process over cache_rss_max or past its
+ * memory cgroup's share, and has libc give back its free memory if the
+ * block does not fit under the cgroup's limit (heap.c new_block). */
+HP_HIDDEN void cache_before_map(int backend, size_t size);
+/* hp_free: b (live, the caller's alone, not inherited) may be cached: if
+ * so, a fresh look at the cgroup's usage, and cache_offer(). */
+HP_HIDDEN void cache_before_put(struct hp_block *b);
+/* THP block b (the caller's, about to be cached) is offered to the kernel
+ * (MADV_FREE), unless libc would have kept it resident (cache.c says why). */
+HP_HIDDEN void cache_offer(struct hp_block *b);
+/* The janitor's round: the cgroup read again, decay and bounds applied,
+ * resident memory against cache_rss_max; *next_deadline_ms for the decay;
+ * true while a bound should be looked at again soon. */
+HP_HIDDEN bool cache_watch(uint64_t *next_deadline_ms);
+/* A forked child (heap_fork): no janitor to wake yet. */
+HP_HIDDEN void cache_forked(void);
 
 /* ---- policy.c: where a huge block comes from (its first comment: the rules) ---- */
 /* The largest block hpalloc hands out (private or shared), larger than any
@@ -435,9 +442,6 @@ static inline bool policy_keeps(size_t len, size_t size)
 {
 	return size <= len && size >= len / 2;
 }
-/* A cached block of len bytes, with kept bytes of cached blocks already
- * left resident, stays resident too: libc would have kept it (policy.c). */
-HP_HIDDEN bool policy_libc_would_keep(size_t len, size_t kept);
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
 struct hp_cache_look {
@@ -475,52 +479,43 @@ HP_HIDDEN bool policy_pool_ready(size_t pagesize, size_t size, hp_numa_t p, bool
  * hugetlb pages (policy.c says why): its page size, the pages held, the
  * room there is. */
 HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
-/* ---- memcg.c: the memory cgroup's headroom (its first comment) --------------------
- * The rule, named once: in a memory cgroup with a limit, cached THP bytes
- * stay within MEMCG_CACHE_SHARE_PCT percent of the headroom -- limit -
- * usage + cached THP bytes, what would be free under the limit if the
- * cache were empty.  A bare number: knobs.c spells it in the knob's help. */
+/* ---- memcg.c: the memory cgroup, measured (its first comment) --------------------
+ * cache.c's rule, named here for knobs.c: in a memory cgroup with a limit,
+ * cached THP bytes stay within MEMCG_CACHE_SHARE_PCT percent of the
+ * headroom -- limit - working set + cached THP bytes, what would be free
+ * under the limit if the cache were empty.  A bare number: knobs.c spells
+ * it in the knob's help. */
 #define MEMCG_CACHE_SHARE_PCT 50
-/* How many bytes of THP blocks the cache may keep when it would hold
- * charged bytes of them (cache.c, hp_heap_lock held; no system call);
- * SIZE_MAX: no bound (no limit, unknown, or the cache_memcg knob off). */
-HP_HIDDEN size_t memcg_cache_bound(size_t charged);
 /* The first huge mapping of a process (janitor_start): find its cgroup. */
 HP_HIDDEN void memcg_start(void);
-/* The janitor, every round: the cgroup and its limits again, the usage if
- * limited; true while it should look again soon (limited, something cached). */
-HP_HIDDEN bool memcg_watch(void);
-/* hp_free, before a THP block is cached: a fresh look at the usage, in a
- * limited cgroup only (one relaxed load otherwise). */
-HP_HIDDEN void memcg_before_cache(void);
+/* The janitor, every round (cache_watch): the cgroup and its limits again,
+ * the usage if limited; whether a limit binds. */
+HP_HIDDEN bool memcg_look(void);
 /* What is free under the binding level's limit (limit - working set), from a
  * reading at most max_age_ms old (read again here if older; files are
  * read: no lock held by the caller); SIZE_MAX without a known limit.  A
- * measure only: populate.c's rule decides what it allows. */
+ * measure only: cache.c's and populate.c's rules decide what it allows. */
 HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
+/* The same from the last reading alone: no system call (hp_heap_lock may
+ * be held). */
+HP_HIDDEN size_t memcg_headroom_last(void);
 /* THP bytes on their way back to the kernel (release_adopt): free under
- * the limit from now on, as far as the bound is concerned. */
+ * the limit from now on, until the next reading. */
 HP_HIDDEN void memcg_releasing(size_t bytes);
-/* Pages of this process given MADV_FREE (heap.c offer_to_kernel), until
+/* A fresh THP block of bytes about to be charged (cache.c
+ * cache_before_map): used from now on, until the next reading. */
+HP_HIDDEN void memcg_charging(size_t bytes);
+/* Pages of this process given MADV_FREE (cache.c cache_offer), until
  * unmapped (release.c): they sit on the kernel's inactive file list, which
  * memcg.c's working set must not count them in as page cache. */
 HP_HIDDEN void memcg_lazy_add(size_t bytes);
 HP_HIDDEN void memcg_lazy_sub(size_t bytes);
-/* A fresh THP mapping of size is about to be charged, in a limited cgroup:
- * what should make room for it first (heap.c make_room), MEMCG_* bits. */
-enum {
-	MEMCG_SHRINK_CACHE = 1, /* something is cached: apply the bound now */
-	MEMCG_SHORT = 2,        /* the block does not fit in what is free under the limit */
-};
-HP_HIDDEN unsigned memcg_before_map(size_t size);
 
 /* ---- shared.c ---------------------------------------------------------------- */
 /* The shared block containing addr, as a mapping (for backing.c). */
 HP_HIDDEN bool shared_lookup(const void *addr, struct hp_map *out);
 
-/* ---- heap.c (for the janitor and huge_api.c) ---------------------------------- */
-/* Release cached blocks past their decay; *next_deadline_ms for the next. */
-HP_HIDDEN void heap_expire(uint64_t *next_deadline_ms);
+/* ---- heap.c (for huge_api.c) ---------------------------------------------------- */
 /* A request of size goes to the huge path (threshold, mode=off). */
 static inline bool wants_huge(size_t size)
 {
@@ -534,9 +529,6 @@ HP_HIDDEN void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool 
 /* Live block b resized to hold size without copying (its address), or
  * NULL: it must be copied (b is still live and registered). */
 HP_HIDDEN void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx);
-/* Release at least bytes of cached blocks, the oldest first (sync: in this
- * thread, never through the ring). */
-HP_HIDDEN void heap_yield(size_t bytes, bool sync);
 
 /* ---- release.c ------------------------------------------------------------------ */
 /* Take a list (linked by ->next) of blocks that just left the registry or
@@ -583,9 +575,6 @@ HP_HIDDEN void janitor_start(void);
 HP_HIDDEN void janitor_forbid(void);       /* hpctl: never a janitor */
 HP_HIDDEN bool janitor_running(void);
 HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to release */
-/* A block entered the empty cache (cache_put, heap lock held): the
- * cache_rss_max bound has something to look at again. */
-HP_HIDDEN void janitor_cache_filled(void);
 
 /* ---- populate.c: fresh blocks faulted in ahead of the program (its first comment) -- */
 /* A fresh block m, still its allocating thread's alone (before it is

@@ -22,9 +22,10 @@
  * It owns the io_uring (sets it up, prepares, submits and reaps: ring.c
  * says why no other thread touches it) and, at least every TICK_MS, does
  * the work that must stay off the allocation path: control directory
- * polling (control.c), the memory cgroup's limit (memcg.c), cache decay
- * and bounds (heap_expire), stats publishing
- * (publish.c), releasing what other threads left to it (release_pump), and
+ * polling (control.c), the cache's watch (cache_watch: its decay and
+ * bounds, the memory cgroup and resident memory they follow -- cache.c
+ * decides, the janitor only calls), stats publishing (publish.c),
+ * releasing what other threads left to it (release_pump), and
  * resubmitting a backlogged ring.  It waits on the ring while the kernel
  * has entries of it, else on a condition variable (janitor_wake).
  *
@@ -40,8 +41,9 @@
 #include <time.h>
 
 #define TICK_MS 250
-/* While a bound watches -- cache_rss_max, or a memory cgroup's limit with
- * something cached (memcg.c) -- as often as Dask's memory monitor looks. */
+/* While a bound watches (cache_watch says so: cache_rss_max, or a memory
+ * cgroup's limit with something cached) -- as often as Dask's memory
+ * monitor looks. */
 #define WATCH_TICK_MS 100
 #define BACKLOG_RETRY_MS 5 /* a failed submit is retried this soon */
 #define NAME "hpalloc-janitor" /* top -H, ps -L; at most 15 characters */
@@ -77,68 +79,6 @@ static void wait_cond(uint64_t timeout_ms)
 	pthread_mutex_unlock(&wake_lock);
 }
 
-/* cache_rss_max with nothing cached, the process under the bound, and no
- * block cached since the last look: there is nothing to give back, so no
- * reading of /proc/self/statm every WATCH_TICK_MS -- the janitor waits its
- * ordinary tick, and the block that fills the cache again wakes it
- * (janitor_cache_filled).  rss_idle: it waits so; fills: blocks that
- * found the cache empty (a program reusing one block fills it on every
- * free: that keeps the janitor watching rather than woken each time). */
-static _Atomic bool rss_idle;
-static _Atomic uint64_t fills;
-
-void janitor_cache_filled(void)
-{
-	atomic_fetch_add_explicit(&fills, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst); /* the count, then rss_idle: see rss_quiet */
-	if (atomic_load_explicit(&rss_idle, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&rss_idle, false, memory_order_relaxed))
-		janitor_wake();
-}
-
-/* Whether the bound has nothing to look at (see rss_idle); the janitor's. */
-static bool rss_quiet(bool over)
-{
-	static uint64_t seen; /* fills at the last look */
-	uint64_t now = atomic_load_explicit(&fills, memory_order_relaxed);
-	bool quiet = !over && now == seen &&
-		     !atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
-	seen = now;
-	if (!quiet)
-		return false;
-	atomic_store_explicit(&rss_idle, true, memory_order_relaxed);
-	/* a block cached after the load above either sees rss_idle and wakes
-	 * us, or its count is seen here */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&fills, memory_order_relaxed) == seen)
-		return true;
-	atomic_store_explicit(&rss_idle, false, memory_order_relaxed);
-	return false;
-}
-
-/* cache_rss_max: a process over it (resident memory, as Dask's memory
- * manager and the OOM killer see it) gets the excess back from the cache,
- * and the cache keeps nothing new until it is under again.  Read here, off
- * every lock and the allocation path.  Without a janitor (no huge block
- * yet) only make_room() holds it, on the allocation path (heap.c).  An unreadable statm (no /proc) reads as 0: no
- * bound.  Returns whether to look again in WATCH_TICK_MS. */
-static bool yield_over_rss(void)
-{
-	static bool over;
-	size_t limit = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
-	if (!limit || rss_quiet(over)) {
-		over = false;
-		cache_set_over_rss(false);
-		return false;
-	}
-	size_t rss = hp_self_rss();
-	over = rss > limit;
-	cache_set_over_rss(over);
-	if (over)
-		heap_yield(rss - limit, false);
-	return true;
-}
-
 /* Soon again when a submit is to be retried or a gone ring still has
  * completions to hand back; in WATCH_TICK_MS when a bound watches. */
 static uint64_t next_wait_ms(uint64_t deadline, bool watch)
@@ -162,9 +102,7 @@ static void *janitor_main(void *arg)
 	for (;;) {
 		uint64_t deadline;
 		control_poll();
-		bool watch = memcg_watch(); /* before heap_expire, which applies it */
-		heap_expire(&deadline);
-		watch |= yield_over_rss();
+		bool watch = cache_watch(&deadline); /* decay, bounds: cache.c */
 		thp_watch_splits(atomic_load_explicit(&hp_counters[HP_STAT_THP_LIVE_BYTES], memory_order_relaxed) ||
 				 atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed));
 		publish_update();
@@ -234,6 +172,5 @@ void janitor_fork(int phase)
 	wake_pending = false;
 	atomic_store(&running, false);
 	atomic_store(&start_tried, false);
-	atomic_store(&rss_idle, false);
 	atomic_store(&hp_counters[HP_STAT_JANITOR_ACTIVE], 0);
 }

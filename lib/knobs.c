@@ -113,7 +113,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
 	/* on: in a memory-limited cgroup (a container) the cache keeps at most
-	 * half the headroom (memcg.c): the cgroup peaks as under the peers
+	 * half the headroom (cache.c): the cgroup peaks as under the peers
 	 * instead of at its limit, where the kernel reclaims on every charge
 	 * (bench/results/pressure). */
 	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",

@@ -1,26 +1,13 @@
-/* The process's memory cgroup, and how much of it the reuse cache may keep
- * (issue 25).
+/* The process's memory cgroup, measured: which one, the limit that binds,
+ * its working set, and what is free under the limit (issue 25).  A measure
+ * only: what the cache may keep of it is cache.c's rule (its "memory
+ * cgroup" section: the share of the headroom, and libc's free memory given
+ * back before a fresh block), what the populate workers may fault ahead is
+ * populate.c's.
  *
  * A container, a systemd unit, a Kubernetes pod, a Dask worker: each is a
- * memory cgroup with a limit.  What the cache keeps after a free stays
- * charged to it.  MADV_FREE (heap.c offer_to_kernel) lets the kernel take
- * those pages back, but only once the charge reaches the limit: then the
- * cgroup sits at its limit, every further charge reclaims first (the
- * process is throttled), and the huge pages it takes come back split
- * (measured, bench/results/pressure: the limit hit 14,000 and 184,000
- * times per process, reuse twice as slow as mapping afresh; the peers give
- * the memory back at free and never get there).  So in a cgroup with a
- * limit the cache keeps at most a share of the headroom, what would be
- * free under the limit if the cache were empty:
- *
- *     cached THP bytes <= MEMCG_CACHE_SHARE_PCT % of (limit - working set + cached THP bytes)
- *
- * At 50 % that is: the cache never holds more than is still free, so the
- * program can grow by as much as the cache holds before the kernel has
- * anything to reclaim, and the janitor has that long to give it back.
- * memcg_cache_bound() is the rule; cache.c applies it when a block enters
- * the cache and at every janitor round, oldest blocks out first.  Only THP
- * blocks count: hugetlb pool pages are not charged to a memory cgroup.
+ * memory cgroup with a limit, and what hpalloc's cache keeps stays charged
+ * to it (cache.c says why that needs a bound).
  *
  * Which cgroup, which limit.  /proc/self/cgroup names the process's cgroup
  * (v1: the line of the memory controller; v2: the "0::" line), mountinfo
@@ -36,29 +23,29 @@
  * Who reads what, when:
  *   - the first huge mapping of a process (janitor_start(), in that thread,
  *     once per process and fork generation): the cgroup, its levels;
- *   - the janitor, every round: all of it again, so a process moved to
- *     another cgroup, a limit changed, a cgroup removed are followed
- *     within a round; while something is cached in a limited cgroup the
- *     janitor looks every WATCH_TICK_MS (janitor.c);
- *   - hp_free of a block about to be cached, and a fresh THP mapping, in a
- *     limited cgroup only: the binding level's usage (open, read, close:
- *     ~3 us here), unless a reading younger than MEMCG_FRESH_MS serves.  A
- *     fresh mapping that does not fit in what is free has libc give back
- *     its free memory first (small.c small_libc_give_back).
+ *   - the janitor, every round (memcg_look, from cache.c's cache_watch):
+ *     all of it again, so a process moved to another cgroup, a limit
+ *     changed, a cgroup removed are followed within a round;
+ *   - cache.c, when a THP block is about to be cached and before a fresh
+ *     THP mapping, with its bound on: the binding level's usage (open,
+ *     read, close: ~3 us here), through memcg_headroom, unless a reading
+ *     young enough for it serves;
  *   - the populate workers, while they fault a block in: what is free
  *     (memcg_headroom), from a reading at most a millisecond old -- their
  *     faults get no ENOMEM at the limit, the OOM killer kills the process
  *     (populate.c's rule keeps them within a share of it).
- * The cache_memcg knob switches the cache's bound off, not this file: the
- * cgroup and its limit are followed whatever it says (memcg_limit_bytes).
- * Between two readings, what the cache hands to release.c counts as free
- * already (memcg_releasing): else each block given back would shrink the
- * headroom as the next evaluation sees it -- the cached bytes less, the
- * usage not yet -- and the cache would give back more and more.
- * A process in no limited cgroup pays one relaxed load on those paths, the
- * small path nothing.  A file that cannot be read or says something else
- * than a number (garbage, a cgroup removed meanwhile) sets no bound: the
- * cache is then what cache_max and MADV_FREE make it, and nothing is lost.
+ * The cache_memcg knob is cache.c's (its bound on or off), not this file's:
+ * the cgroup and its limit are followed whatever it says
+ * (memcg_limit_bytes).  Between two readings, what the cache hands to
+ * release.c counts as free already (memcg_releasing): else each block
+ * given back would shrink the headroom as the next evaluation sees it --
+ * the cached bytes less, the usage not yet -- and the cache would give
+ * back more and more; and a fresh block about to be charged counts as used
+ * already (memcg_charging: a second one before the next reading sees what
+ * the first leaves).  Without a limited cgroup memcg_headroom is one
+ * relaxed load; the small path never asks.  A file that cannot be read or
+ * says something else than a number (garbage, a cgroup removed meanwhile)
+ * is no limit: SIZE_MAX, and nothing is lost.
  *
  * Threads: the binding level is written by the janitor (and by the first
  * mapping, before there is a janitor) and read by any thread: its numbers
@@ -70,10 +57,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A reading of the usage younger than this serves a free (a 1 MiB
- * temporary freed thousands of times a second must not read a file each
- * time); memory grows by a few MiB at most meanwhile. */
-#define MEMCG_FRESH_MS 5
 /* A limit this large is none (v1 writes "no limit" as 2^63 - 4096). */
 #define NO_LIMIT ((size_t)1 << 62)
 
@@ -89,24 +72,12 @@ static _Atomic size_t bind_limit;
 static _Atomic size_t free_now = SIZE_MAX;  /* limit - working set at the last reading; SIZE_MAX: no bound */
 static _Atomic uint64_t read_at_ms;
 
-static bool bound_on(void)
+/* What was free under the limit at the last reading (or since counted by
+ * memcg_charging and memcg_releasing): no system call, so cache.c reads it
+ * under hp_heap_lock.  SIZE_MAX: no bound (no limit, or unknown). */
+size_t memcg_headroom_last(void)
 {
-	return hp_knob(KNOB_CACHE_MEMCG);
-}
-
-size_t memcg_cache_bound(size_t charged)
-{
-	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
-	if (!bound_on()) {
-		atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
-		return SIZE_MAX;
-	}
-	if (free == SIZE_MAX)
-		return SIZE_MAX;
-	size_t headroom = free > SIZE_MAX - charged ? SIZE_MAX : free + charged;
-	size_t bound = headroom / 100 * MEMCG_CACHE_SHARE_PCT;
-	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], bound, memory_order_relaxed);
-	return bound;
+	return atomic_load_explicit(&free_now, memory_order_relaxed);
 }
 
 static void unbind(void)
@@ -114,7 +85,6 @@ static void unbind(void)
 	atomic_store_explicit(&limited, false, memory_order_relaxed);
 	atomic_store_explicit(&free_now, SIZE_MAX, memory_order_relaxed);
 	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES], 0, memory_order_relaxed);
-	atomic_store_explicit(&hp_counters[HP_STAT_MEMCG_CACHE_BOUND], 0, memory_order_relaxed);
 }
 
 /* ---- what the files say ------------------------------------------------------------ */
@@ -181,7 +151,7 @@ static bool level_usage(int version, const char *dir, size_t *out)
  *   - pages given MADV_FREE sit on that list too, and stay there once
  *     written again (a cached block reused: measured on 6.18), though the
  *     kernel cannot drop those: this process's own (memcg_lazy_add, what
- *     heap.c offered and release.c has not unmapped yet) are taken off it;
+ *     cache.c offered and release.c has not unmapped yet) are taken off it;
  *   - what is left is at most the page cache there is (v1 total_cache, v2
  *     file), which another allocator's lazy pages are not part of.
  * A memory.stat that cannot be read, or lacks a key, counts nothing off:
@@ -443,7 +413,7 @@ static void bind(const struct level *l)
 }
 
 /* Where the process is, its binding level: bound, or no bound.  Whether
- * the cache_memcg knob is on or off: the knob is the cache's (its bound),
+ * the cache_memcg knob is on or off: the knob is the cache's (cache.c),
  * and the populate workers ask what is free under the limit all the same. */
 static bool look(void)
 {
@@ -468,9 +438,9 @@ void memcg_start(void)
 	look();
 }
 
-bool memcg_watch(void)
+bool memcg_look(void)
 {
-	return look() && bound_on() && atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
+	return look();
 }
 
 /* The binding level's usage again, unless a reading younger than
@@ -508,12 +478,6 @@ void memcg_releasing(size_t bytes)
 							memory_order_relaxed));
 }
 
-void memcg_before_cache(void)
-{
-	if (atomic_load_explicit(&limited, memory_order_relaxed) && bound_on())
-		refresh(MEMCG_FRESH_MS);
-}
-
 size_t memcg_headroom(unsigned max_age_ms)
 {
 	if (!atomic_load_explicit(&limited, memory_order_relaxed))
@@ -522,21 +486,14 @@ size_t memcg_headroom(unsigned max_age_ms)
 	return atomic_load_explicit(&free_now, memory_order_relaxed);
 }
 
-unsigned memcg_before_map(size_t size)
+void memcg_charging(size_t bytes)
 {
-	if (!atomic_load_explicit(&limited, memory_order_relaxed) || !bound_on())
-		return 0;
-	refresh(MEMCG_FRESH_MS);
 	size_t free = atomic_load_explicit(&free_now, memory_order_relaxed);
-	if (free == SIZE_MAX)
-		return 0;
-	/* the new block will be charged once touched: count it now (a second
-	 * one within MEMCG_FRESH_MS sees what the first leaves) */
-	atomic_store_explicit(&free_now, free > size ? free - size : 0, memory_order_relaxed);
-	unsigned asks = free < size ? MEMCG_SHORT : 0;
-	if (atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
-		asks |= MEMCG_SHRINK_CACHE;
-	return asks;
+	do {
+		if (free == SIZE_MAX)
+			return; /* no bound */
+	} while (!atomic_compare_exchange_weak_explicit(&free_now, &free, free > bytes ? free - bytes : 0,
+							memory_order_relaxed, memory_order_relaxed));
 }
 
 /* The child keeps the binding level its parent knew until its own first

@@ -32,7 +32,7 @@
  *   - Cached pieces are taken and put back only through cache.c under
  *     hp_heap_lock, one critical section per take or put; between them a
  *     piece is the caller's alone.  A piece going back to the cache is
- *     offered to the kernel first (offer_to_kernel(), heap.c), while it is
+ *     offered to the kernel first (cache_offer(), cache.c), while it is
  *     still the caller's.
  *   - What cache_put() pushes out to stay under cache_max is handed to
  *     release.c under that lock and sent on its way once it is dropped
@@ -59,7 +59,7 @@ static size_t cut_len(size_t size)
 
 static void cache_put_unlocked(struct hp_block *b)
 {
-	offer_to_kernel(b);
+	cache_offer(b);
 	pthread_mutex_lock(&hp_heap_lock);
 	release_adopt(cache_put(b, hp_now_ms()));
 	pthread_mutex_unlock(&hp_heap_lock);

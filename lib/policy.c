@@ -17,8 +17,6 @@
  *   - a bind on hugetlb pages: only its nodes' free pages
  *     (policy_nodes_can_serve());
  *   - the cache first, for any block the knobs accept (policy_cache_looks());
- *   - a cached THP block left resident, not offered to the kernel, where
- *     libc would have kept it (policy_libc_would_keep());
  *   - hugetlb pages that could not be had: the fallback knob
  *     (policy_fallback()), for private and shared blocks alike;
  *   - a shared block: hugetlb or shmem, by the same knobs
@@ -150,27 +148,6 @@ int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache
 	if (mode == MODE_AUTO)
 		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE};
 	return n;
-}
-
-/* A THP block entering the cache is offered to the kernel (MADV_FREE,
- * heap.c's offer_to_kernel()) so that memory the cache keeps is never why a
- * process is killed where libc would have given it back.  libc does not
- * give everything back: a block no larger than the mmap threshold it has
- * learnt (small.c) it serves from its heap, and it keeps up to twice that
- * free at the top of the heap (its trim threshold) -- resident, not the
- * kernel's to take.  The offer is paid at every reuse: the advice cleans
- * and ages the block's page table entries and flushes them from the TLB,
- * and the next writes set each dirty bit again.  Measured on the
- * development VM (tests/c/cache_libc_keeps.c says how to see it): ~90 us
- * per MiB on 4 KiB pages, ~1 us per 2 MiB huge page, per reuse -- `d = a +
- * b` on 1 MiB arrays took 1.9x its in-place loop with the offer and 1.02x
- * without it.  So a cached block libc would have kept too stays as it is,
- * up to what libc would keep in all; larger blocks, and the rest, are
- * offered. */
-bool policy_libc_would_keep(size_t len, size_t kept)
-{
-	size_t learnt = small_libc_learnt();
-	return len <= learnt && kept + len <= 2 * learnt;
 }
 
 /* What to map when the cache had nothing, from the knobs (or a forcing

@@ -192,9 +192,10 @@ size_t small_libc_learnt(void)
  * -- bench/numpy_bench.py's reuse-pressure row (NumPy 2.x: 256 MiB of
  * 256 KiB arrays freed below a live one, then 4 x 64 MiB) was OOM-killed
  * every time where NumPy's default ran on in that hole.  So when a fresh
- * block would not fit under the limit (memcg.c says), libc gives back what
- * it holds free first (malloc_trim(0): MADV_DONTNEED of its free pages,
- * arena by arena, under its own locks; no cancellation point). */
+ * block would not fit under the limit (cache.c decides, cache_before_map,
+ * from memcg.c's measure), libc gives back what it holds free first
+ * (malloc_trim(0): MADV_DONTNEED of its free pages, arena by arena, under
+ * its own locks; no cancellation point). */
 void small_libc_give_back(void)
 {
 	int saved = errno; /* a failed madvise inside must not show through a malloc that succeeds */

@@ -18,9 +18,9 @@
  * it has, ascending, each with a terminated setting, serving madvised
  * memory exactly when its setting is always or madvise, or inherit while
  * the top-level one is; prim_pool_counter() is the file's leading number or
- * -1 without one; memcg.c finds no limit (no bound on the cache) or one
- * below 2^62, under which the cache may keep at most half (nothing under a
- * limit of 0). */
+ * -1 without one; memcg.c finds no limit (nothing measured: no bound on
+ * the cache) or one below 2^62, under which it measures at most the limit
+ * free (nothing under a limit of 0). */
 #include "fuzz.h"
 #include "internal.h"
 
@@ -157,18 +157,17 @@ static void check_counter(const char *file)
 static void check_memcg(void)
 {
 	memcg_start(); /* what the first huge mapping does: find the cgroup, read its levels */
-	memcg_before_cache();
-	memcg_before_map(HP_THP_SIZE);
+	cache_before_map(HP_BACKEND_THP, HP_THP_SIZE); /* a fresh THP block: the usage again, counted */
 	uint64_t limit = atomic_load(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES]);
-	size_t bound = memcg_cache_bound(0);
+	size_t free = memcg_headroom(0);
 	if (limit >= (uint64_t)1 << 62)
 		fuzz_fail("memcg: a limit of %llu bytes is no limit", (unsigned long long)limit);
-	if (limit && bound == SIZE_MAX)
-		fuzz_fail("memcg: limit %llu, but no bound on the cache", (unsigned long long)limit);
+	if (limit && free == SIZE_MAX)
+		fuzz_fail("memcg: limit %llu, but nothing measured under it", (unsigned long long)limit);
 	/* memcg_limit_bytes is 0 both without a limit and under a limit of 0
-	 * (v2's memory.high may be 0): the bound then is none or 0 */
-	if (bound != SIZE_MAX && bound > limit / 2)
-		fuzz_fail("memcg: limit %llu, but the cache may keep %zu", (unsigned long long)limit, bound);
+	 * (v2's memory.high may be 0): what is free then is unknown or 0 */
+	if (free != SIZE_MAX && free > limit)
+		fuzz_fail("memcg: limit %llu, but %zu free under it", (unsigned long long)limit, free);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
