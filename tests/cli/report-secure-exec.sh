@@ -28,18 +28,14 @@ rep=$(mktemp -d "$tmp/rep.XXXXXX") && chmod 0700 "$rep" || fail "mktemp"
 with_report() { env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" "$@"; }
 
 # ---- Python ------------------------------------------------------------------------------
-# The package's extensions load libhpalloc.so.1; an ASan build's cannot be
+# The package's extensions load libhpalloc.so.1, the report's one writer
+# (hpalloc_activate.py writes no line of its own); an ASan build's cannot be
 # loaded without the ASan runtime first, which a setuid program does not
-# preload: there the interpreter runs the build's activation module alone,
-# with whichever hpalloc package it finds by itself (an installed one, or
-# none: a failure to import it is reported like any other).
+# preload: no Python process of an ASan build can report here.
 pypath=$PYDIR/hpalloc/_boot:$PYDIR
-if [ -n "${SANITIZER_FLAGS:-}" ] && can_python; then
-	mkdir -m 0755 "$dir/act" && cp "$PYDIR/hpalloc_activate.py" "$dir/act/" &&
-		printf 'import hpalloc_activate\n' >"$dir/act/sitecustomize.py" || fail "staging"
-	pypath=$dir/act
-fi
-if can_python; then
+if [ -n "${SANITIZER_FLAGS:-}" ]; then
+	note_skip other "the Python case (AddressSanitizer build: a setuid interpreter cannot load the instrumented libhpalloc, the report's only writer)"
+elif can_python; then
 	cp "$(readlink -f "$PY")" "$dir/python3" && chmod 0755 "$dir/python3" || fail "cp $PY"
 	ids='import os, numpy; print(os.getuid(), os.geteuid())'
 	run env -u LD_PRELOAD HPALLOC_REPORT="$rep/report" HPALLOC_NUMPY=1 PYTHONPATH="$pypath" \
