@@ -22,7 +22,9 @@ is said on stderr in one line (and the program runs on); with the
 `verbose` knob >= 1 what took is said too.  For `hpctl run --check`,
 each outcome also goes to the library's activation report
 (hp_report_activation: lib/report.c owns its line, its file and when it
-is written at all -- never in secure execution).
+is written at all -- never in secure execution).  In secure execution
+(setuid, setgid: the library's hp_secure_execution decides) neither
+HPALLOC_NUMPY nor HPALLOC_ADAPTERS counts, as no HPALLOC_* variable does.
 
 This module must not import hpalloc (or NumPy) at module level.
 """
@@ -260,10 +262,17 @@ def parse_adapters(value):
     return tuple(names)
 
 
+def _secure_execution():
+    """The library's answer (hp_secure_execution): in secure execution no
+    HPALLOC_* variable counts, HPALLOC_NUMPY and HPALLOC_ADAPTERS included."""
+    from hpalloc import _hpalloc
+    return _hpalloc.secure_execution()
+
+
 def chosen():
     """The adapters HPALLOC_ADAPTERS names (DEFAULT_ADAPTERS when unset).
     A bad value is said on stderr and ignored as a whole (the defaults)."""
-    value = os.environ.get("HPALLOC_ADAPTERS")
+    value = None if _secure_execution() else os.environ.get("HPALLOC_ADAPTERS")
     if value is None:
         return DEFAULT_ADAPTERS
     try:
@@ -312,6 +321,8 @@ def main():
         _report("numpy", False, "cannot import hpalloc (%s: %s)"
                 % (type(exc).__name__, exc))
         return
+    if _secure_execution():
+        return  # HPALLOC_NUMPY does not count: the library says so
     activate()
 
 
