@@ -143,6 +143,10 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		0, 99, parse_integer, format_integer},
 #endif
 };
+/* Each process publishes every knob (struct hp_proc, hpctl -p PID get): a
+ * table that outgrew it would lose knobs there without a word. */
+_Static_assert(KNOB_COUNT <= HP_PROC_KNOBS_MAX,
+	       "the knobs outgrew struct hp_proc: raise HP_PROC_KNOBS_MAX (hpalloc.h, an ABI change)");
 
 struct layer {
 	bool set;
