@@ -107,6 +107,13 @@ HP_API size_t hp_huge_threshold(void);
  * point; errno unchanged unless -1. */
 HP_API int hp_report_activation(const char *adapter, int ok, const char *detail);
 
+/* 1 in secure execution (setuid, setgid, file capabilities: AT_SECURE),
+ * where hpalloc honours no HPALLOC_* variable and no control directory and
+ * writes no report; else 0.  The library's one test, for an adapter that
+ * reads variables of its own (the Python activation: HPALLOC_NUMPY,
+ * HPALLOC_ADAPTERS).  Cannot fail; errno unchanged. */
+HP_API int hp_secure_execution(void);
+
 /* ---- shared blocks: huge pages several processes map ------------------------
  * A block on a memfd, mapped MAP_SHARED, that other processes map from its
  * descriptor (sent over a UNIX socket, inherited).  Hugetlb pages when

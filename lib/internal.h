@@ -119,6 +119,9 @@ enum hp_knob_id {
 	KNOB_POPULATE,
 	KNOB_CACHE_MEMCG,
 	KNOB_GUARD,
+#ifdef HP_TEST_KNOB
+	KNOB_TEST, /* the test-only build's knob (tests/cli/knob-two-places.sh) */
+#endif
 	KNOB_COUNT
 };
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };

@@ -7,6 +7,12 @@
  * Each row says its default; the comment above it says why (see bench/ for
  * the measurements).  The effective values live in hp_knob_values[] (the
  * row's own encoding), read through hp_knob().
+ *
+ * A knob is two places: its entry in enum hp_knob_id (internal.h) and its
+ * row here; the environment, the control directory, hpctl, Python and the
+ * per-process entries follow the table (tests/cli/knob-two-places.sh adds
+ * one in a test-only build and finds it in each).  hpalloc(7) documents it
+ * (tests/cli/manpages.sh).
  */
 #include "internal.h"
 
@@ -127,7 +133,20 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
+#ifdef HP_TEST_KNOB
+	/* A knob is its enum entry (internal.h) and its row here: the test-only
+	 * build adds this one and tests/cli/knob-two-places.sh finds it in hpctl
+	 * show, the environment and the control directory. */
+	[KNOB_TEST] = {"test_knob", "integer",
+		"a knob of the test-only build, which nothing reads",
+		"an integer 0..99", NULL, "7",
+		0, 99, parse_integer, format_integer},
+#endif
 };
+/* Each process publishes every knob (struct hp_proc, hpctl -p PID get): a
+ * table that outgrew it would lose knobs there without a word. */
+_Static_assert(KNOB_COUNT <= HP_PROC_KNOBS_MAX,
+	       "the knobs outgrew struct hp_proc: raise HP_PROC_KNOBS_MAX (hpalloc.h, an ABI change)");
 
 struct layer {
 	bool set;

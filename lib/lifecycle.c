@@ -34,6 +34,14 @@ bool hp_secure_exec(void)
 	return getauxval(AT_SECURE) != 0;
 }
 
+int hp_secure_execution(void)
+{
+	HP_ERRNO_SAVE;
+	int secure = hp_secure_exec();
+	HP_ERRNO_RESTORE;
+	return secure;
+}
+
 uint64_t hp_now_ms(void)
 {
 	struct timespec ts;

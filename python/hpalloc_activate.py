@@ -19,9 +19,12 @@ NumPy whenever it likes, from whichever thread.  HPALLOC_ADAPTERS
 chooses which (default numpy,numba,torch,arrow; CPython's raw domain, "python",
 is opt-in and installed at start-up).  Whatever does not take
 is said on stderr in one line (and the program runs on); with the
-`verbose` knob >= 1 what took is said too.  `hpctl run --check` passes
-HPALLOC_REPORT, a file each process appends "<pid> <adapter> ok|failed
-<why>" to.
+`verbose` knob >= 1 what took is said too.  For `hpctl run --check`,
+each outcome also goes to the library's activation report
+(hp_report_activation: lib/report.c owns its line, its file and when it
+is written at all -- never in secure execution).  In secure execution
+(setuid, setgid: the library's hp_secure_execution decides) neither
+HPALLOC_NUMPY nor HPALLOC_ADAPTERS counts, as no HPALLOC_* variable does.
 
 This module must not import hpalloc (or NumPy) at module level.
 """
@@ -61,70 +64,46 @@ def _interpreter():
 
 
 def _report_line(adapter, ok, detail):
-    """The line for `hpctl run --check`: the library writes it
-    (hp_report_activation, lib/report.c: the line, the file's checks,
-    secure execution).  Only a process that cannot load the library at all
-    (its package broken, or one older than hp_report_activation) writes
-    it here, as the library does, so that hpctl still learns why."""
+    """The line for `hpctl run --check`, written by the library
+    (hp_report_activation, lib/report.c owns the line, the file's checks
+    and secure execution); nothing of it is decided here."""
+    write = _report_writer()
+    if write is not None:
+        try:
+            write(adapter, ok, detail)
+        except Exception:  # refused (not one word): the program runs on
+            pass
+
+
+# The library's file, for a package that cannot be imported: the wheel's
+# copy inside the package (hpalloc/lib, where its extensions find it), else
+# the dynamic linker's (make install, the Debian packages).
+_LIBRARY = "libhpalloc.so.1"
+
+
+def _report_writer():
+    """hp_report_activation through the package's extension or, when the
+    package itself cannot be imported (the failure being reported),
+    straight from libhpalloc with ctypes, so that hpctl still learns why;
+    None when no libhpalloc with it can be loaded either (then hpctl says
+    that no process activated hpalloc, and stderr why)."""
     try:
         from hpalloc import _hpalloc
-        write = _hpalloc.report_activation
+        return _hpalloc.report_activation
     except Exception:
-        write = None
-    if write is not None:
-        write(adapter, ok, detail)
-        return
-    path = os.environ.get("HPALLOC_REPORT")
-    if path and not _secure_execution():
-        line = "%d %s %s %s\n" % (os.getpid(), adapter,
-                                  "ok" if ok else "failed", detail)
-        _append_report(path, line.replace("\n", " ").rstrip().encode() + b"\n")
-
-
-def _secure_execution():
-    """AT_SECURE (setuid, setgid, file capabilities), as glibc sees it."""
+        pass
+    wheel = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hpalloc",
+                         "lib", _LIBRARY)
     try:
         import ctypes
-        getauxval = ctypes.CDLL(None).getauxval
-        getauxval.restype = ctypes.c_ulong
-        getauxval.argtypes = [ctypes.c_ulong]
-        return getauxval(23) != 0  # AT_SECURE
-    except Exception:  # no ctypes: what makes AT_SECURE most often
-        return os.getuid() != os.geteuid() or os.getgid() != os.getegid()
-
-
-def _append_report(path, line):
-    """Append line to HPALLOC_REPORT (<directory>/report), opened as
-    lib/report.c's report_open() does, for the same reasons (see there):
-    the directory ours and private, not a symbolic link; the file a regular
-    file of ours, never followed through a link, created or waited for."""
-    import stat
-    directory, name = os.path.split(path)
-    if not directory or not name:
-        return
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                      | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        st = os.fstat(dfd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            return
-        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
-                     | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError:
-        return
-    finally:
-        os.close(dfd)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-            os.write(fd, line)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        lib = ctypes.CDLL(wheel if os.path.exists(wheel) else _LIBRARY)
+        call = lib.hp_report_activation
+    except Exception:  # no ctypes, no library, one older than the call
+        return None
+    call.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    call.restype = ctypes.c_int
+    return lambda adapter, ok, detail: call(
+        os.fsencode(adapter), 1 if ok else 0, os.fsencode(detail))
 
 
 def _report(adapter, ok, detail=""):
@@ -283,10 +262,17 @@ def parse_adapters(value):
     return tuple(names)
 
 
+def _secure_execution():
+    """The library's answer (hp_secure_execution): in secure execution no
+    HPALLOC_* variable counts, HPALLOC_NUMPY and HPALLOC_ADAPTERS included."""
+    from hpalloc import _hpalloc
+    return _hpalloc.secure_execution()
+
+
 def chosen():
     """The adapters HPALLOC_ADAPTERS names (DEFAULT_ADAPTERS when unset).
     A bad value is said on stderr and ignored as a whole (the defaults)."""
-    value = os.environ.get("HPALLOC_ADAPTERS")
+    value = None if _secure_execution() else os.environ.get("HPALLOC_ADAPTERS")
     if value is None:
         return DEFAULT_ADAPTERS
     try:
@@ -335,6 +321,8 @@ def main():
         _report("numpy", False, "cannot import hpalloc (%s: %s)"
                 % (type(exc).__name__, exc))
         return
+    if _secure_execution():
+        return  # HPALLOC_NUMPY does not count: the library says so
     activate()
 
 

@@ -733,6 +733,13 @@ static PyObject *py_report_activation(PyObject *self, PyObject *args)
 	return PyBool_FromLong(rc == 1);
 }
 
+static PyObject *py_secure_execution(PyObject *self, PyObject *noargs)
+{
+	(void)self;
+	(void)noargs;
+	return PyBool_FromLong(hp_secure_execution());
+}
+
 static PyObject *py_cache_flush(PyObject *self, PyObject *noargs)
 {
 	(void)self;
@@ -779,6 +786,8 @@ static PyMethodDef methods[] = {
 	 "report_activation(adapter, ok, detail='') -> True if the line went to HPALLOC_REPORT's file (hp_report_activation)"},
 	{"prometheus", py_prometheus, METH_VARARGS,
 	 "prometheus(all=False) -> this process's stats (all: every publishing process's) in Prometheus' text format"},
+	{"secure_execution", py_secure_execution, METH_NOARGS,
+	 "secure_execution() -> True in secure execution, where no HPALLOC_* variable counts (hp_secure_execution)"},
 	{"library_path", py_library_path, METH_NOARGS,
 	 "library_path() -> the file of the libhpalloc this module runs on"},
 	{"loaded_objects", py_loaded_objects, METH_NOARGS,

@@ -157,6 +157,13 @@ def test_package_that_cannot_load_is_said(stage, tmp_path):
     assert proc.stdout.strip() == "ran"
     assert_one_line(proc, "cannot import hpalloc", "_hpalloc")
     assert "Traceback" not in proc.stderr
+    # --check learns why too: the library (reached with ctypes, the
+    # package's extension being what fails) wrote the report's line
+    proc = run([hpctl, "run", "--check", "--", python, "-c", "print('ran')"],
+               dict(env, HPALLOC_PYTHON_DIR=str(broken)))
+    assert proc.returncode == 1 and proc.stdout.strip() == "ran", proc.stderr
+    assert "hpalloc was not activated in %s (1 process(es) tried; " % python in proc.stderr \
+        and "cannot import hpalloc" in proc.stderr.splitlines()[-1], proc.stderr
 
 
 def test_hpalloc_numpy_env_in_a_site_directory(stage, tmp_path):
@@ -245,3 +252,33 @@ def test_the_activation_report_line_is_the_librarys(tmp_path):
     assert ok == pid + " numpy ok", ok
     assert "refused: report_activation: adapter 'two words' is not one word" in proc.stdout, \
         proc.stdout + proc.stderr
+
+
+def test_without_the_library_no_report_line_is_written(tmp_path):
+    """The library is the report's one writer: an interpreter that can load
+    neither the package nor libhpalloc says why on stderr and leaves
+    HPALLOC_REPORT's file alone (hpctl then says no process activated
+    hpalloc) -- the activation module writes no line of its own."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    import hpalloc_activate  # HPALLOC_NUMPY unset here: activates nothing
+    src = hpalloc_activate.__file__
+    (alone / "hpalloc_activate.py").write_bytes(open(src, "rb").read())
+    private = tmp_path / "rep"
+    private.mkdir(mode=0o700)
+    report = private / "report"
+    report.write_bytes(b"")
+    env = dict(os.environ, HPALLOC_NUMPY="1", HPALLOC_REPORT=str(report))
+    for var in ("LD_LIBRARY_PATH", "PYTHONPATH", "HPALLOC_PYTHON_DIR"):
+        env.pop(var, None)
+    probe = subprocess.run([sys.executable, "-S", "-c", "import ctypes; "
+                            "ctypes.CDLL('libhpalloc.so.1')"], env=env, capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("a libhpalloc.so.1 is installed on this machine: the library is reachable")
+    code = "import sys; sys.path.insert(0, %r); import hpalloc_activate; print('ran')" % str(alone)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ran", proc.stderr
+    assert_one_line(proc, "not active for numpy", "cannot import hpalloc")
+    assert report.read_bytes() == b"", "a line written without the library: %r" \
+        % report.read_bytes()
