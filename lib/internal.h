@@ -24,8 +24,9 @@
  *   os.c       private blocks' mappings: THP alignment, the guard after each
  *              block, cut, join, grow; hugetlb page sizes, how full their
  *              pools are, how many pages this process's hugetlb blocks hold
- *   prim.c     the only place that talks to the kernel about memory: every
- *              memory system call, every hugetlb/THP sysfs read (prim.h)
+ *   prim.c     the only door to the kernel: every memory system call (the
+ *              io_uring entries of ring.c's releases too), every read of
+ *              sysfs and /proc (prim.h; private.h: hpctl's)
  *   thp.c      the kernel's THP settings (and multi-size THP): which page
  *              sizes serve hpalloc's madvised mappings; the splits the
  *              kernel made while we held THP blocks (/proc/vmstat)
@@ -44,10 +45,12 @@
  *   populate.c  worker threads faulting fresh blocks in ahead of a program
  *              touching them from their start (readahead-like)
  *   stats.c    counters
- *   smaps.c    what the kernel says (/proc/self/smaps)
+ *   smaps.c    what the kernel says (/proc/self/smaps, statm: prim.c reads)
  *   numa.c     NUMA placement: the numa knob's policies, the nodes there
- *              are, which pool pages a policy may use, mbind of our blocks
- *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps)
+ *              are, which pool pages a policy may use, which policy a block
+ *              gets (os.c's os_mbind applies it)
+ *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps,
+ *              prim.c reads)
  *   shared.c   shared blocks: memfd huge pages other processes map
  *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit,
  *              the secure-execution test (hp_secure_exec)
@@ -74,7 +77,7 @@
 
 #include "hpalloc.h"
 #include "private.h" /* what hpctl may call too */
-#include "prim.h"    /* the kernel calls: memory syscalls, hugetlb/THP sysfs */
+#include "prim.h"    /* the kernel calls: memory syscalls, sysfs, /proc */
 
 #include <errno.h>
 #include <pthread.h>
@@ -250,7 +253,8 @@ HP_HIDDEN long os_pool_available(size_t pagesize);
 /* Pages of pagesize in this process's private hugetlb mappings. */
 HP_HIDDEN size_t os_private_pages(size_t pagesize);
 /* mbind(2) of m's whole mapping (with its guard, so a THP
- * block can still grow in place) to mode over nodes; -1 + errno. */
+ * block can still grow in place) to mode over nodes; -1 + errno, logged.
+ * os.c's because the guard is (numa.c decides mode and nodes). */
 HP_HIDDEN int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes,
 		       unsigned long maxnode);
 /* Fault every page of m in now (MADV_POPULATE_WRITE); 0 also where the

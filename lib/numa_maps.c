@@ -2,7 +2,9 @@
  * own bookkeeping.  Each line describes one mapping by its start address
  * only ("7f12...000 bind:0 anon=16384 dirty=16384 N0=16384
  * kernelpagesize_kB=4"), so /proc/self/maps says which mapping contains
- * the start of the range; every mapping starting inside it counts too. */
+ * the start of the range; every mapping starting inside it counts too.
+ * This file interprets the kernel's text; prim.c reads it
+ * (prim_proc_lines). */
 #include "internal.h"
 
 #include <errno.h>
@@ -11,28 +13,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct first_walk {
+	uintptr_t addr, found;
+};
+
+static int maps_line(char *line, void *arg)
+{
+	struct first_walk *w = arg;
+	uintmax_t start, end;
+
+	if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX, &start, &end) == 2 && end > w->addr) {
+		w->found = (uintptr_t)start;
+		return 1;
+	}
+	return 0;
+}
+
 /* Start of the mapping that contains addr, or of the first one above it
  * (then the range begins in a hole); UINTPTR_MAX if none. */
 static uintptr_t first_mapping(uintptr_t addr)
 {
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	uintptr_t found = UINTPTR_MAX;
+	struct first_walk w = {.addr = addr, .found = UINTPTR_MAX};
 
-	if (!f)
-		return UINTPTR_MAX;
-	while (fgets(line, sizeof(line), f)) {
-		uintmax_t start, end;
-		bool whole = strchr(line, '\n') != NULL;
-		if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX, &start, &end) == 2 && end > addr) {
-			found = (uintptr_t)start;
-			break;
-		}
-		while (!whole && fgets(line, sizeof(line), f)) /* rest of a long path */
-			whole = strchr(line, '\n') != NULL;
-	}
-	fclose(f);
-	return found;
+	prim_proc_lines("self/maps", maps_line, &w);
+	return w.found;
 }
 
 /* One "key=value" word of a numa_maps line. */
@@ -71,23 +75,27 @@ static void add_line(char *line, struct hp_kernel_numa *k)
 		add_word(w, k, first);
 }
 
+struct numa_walk {
+	uintptr_t lo, hi, first;
+	struct hp_kernel_numa *out;
+};
+
+static int numa_maps_line(char *line, void *arg)
+{
+	struct numa_walk *w = arg;
+	char *end;
+	uintptr_t start = (uintptr_t)strtoull(line, &end, 16);
+
+	if (end != line && *end == ' ' && start < w->hi && (start >= w->lo || start == w->first))
+		add_line(line, w->out);
+	return 0;
+}
+
 static int read_numa_maps(uintptr_t lo, uintptr_t hi, uintptr_t first, struct hp_kernel_numa *out)
 {
-	FILE *f = fopen("/proc/self/numa_maps", "re");
-	char *line = NULL;
-	size_t cap = 0;
+	struct numa_walk w = {.lo = lo, .hi = hi, .first = first, .out = out};
 
-	if (!f)
-		return -1;
-	while (getline(&line, &cap, f) > 0) {
-		char *end;
-		uintptr_t start = (uintptr_t)strtoull(line, &end, 16);
-		if (end != line && *end == ' ' && start < hi && (start >= lo || start == first))
-			add_line(line, out);
-	}
-	free(line);
-	fclose(f);
-	return 0;
+	return prim_proc_lines("self/numa_maps", numa_maps_line, &w) < 0 ? -1 : 0;
 }
 
 static int kernel_numa(const void *addr, size_t len, struct hp_kernel_numa *out)

@@ -209,9 +209,10 @@ int os_unmap(const struct hp_map *m)
 	return rc;
 }
 
-/* The guard takes the policy too: with another policy than the block's it
- * would stay a VMA of its own when opened, and growing in place (one VMA)
- * would fail. */
+/* numa.c decides the policy; this file applies it because it alone knows
+ * the guard, which takes the policy too: with another policy than the
+ * block's it would stay a VMA of its own when opened, and growing in place
+ * (one VMA) would fail. */
 int os_mbind(const struct hp_map *m, int mode, const unsigned long *nodes, unsigned long maxnode)
 {
 	if (prim_mbind(m->addr, map_span(m), mode, nodes, maxnode) == 0)

@@ -1,32 +1,37 @@
-/* The only place that talks to the kernel about memory: every memory system
- * call of the library (mmap, munmap, mprotect, mremap, madvise, mincore,
- * mbind, get/set_mempolicy, memfd_create, ftruncate, the seals), every read
- * of the hugetlb and THP files of sysfs, and every read of the files that
- * say which memory cgroup the process is in and what it may use (memcg.c
- * decides what they mean).  Modelled on mimalloc's "primitive" layer
- * (include/mimalloc/prim.h, src/prim/): the files that decide -- os.c
- * (private blocks), shared.c, numa.c, thp.c, memcg.c, and hpctl through
+/* The only door to the kernel: every memory system call of the library
+ * (mmap, munmap, mprotect, mremap, madvise, mincore, mbind,
+ * get/set_mempolicy, memfd_create, ftruncate, the seals), the io_uring
+ * entry of the MADV_DONTNEED ring.c submits for a released block
+ * (prim_prep_release: ring.c says why only the janitor touches the ring),
+ * every read of the hugetlb and THP files of sysfs, every read of the
+ * files that say which memory cgroup the process is in and what it may use
+ * (memcg.c decides what they mean), and every other read of /proc (smaps,
+ * numa_maps, statm, comm, a pid's stat, our pid namespace; for hpctl its
+ * mounts, meminfo, the io_uring sysctl and its own executable).  Modelled
+ * on mimalloc's "primitive" layer (include/mimalloc/prim.h, src/prim/;
+ * even its _mi_prim_process_info, the RSS, is read there): the files that
+ * decide or interpret -- os.c (private blocks), shared.c, numa.c, thp.c,
+ * memcg.c, smaps.c, numa_maps.c, publish.c, published.c, and hpctl through
  * private.h -- call these and nothing below them, so one file knows each
  * system call's flags and each kernel file's path, and a staged sysfs
  * (tests) stands in for all of them at once; a staged root does the same
- * for the cgroup files.  One exception: the MADV_DONTNEED of a block
- * released through io_uring is an entry ring.c prepares in the janitor's
- * ring, not a system call (ring.c says why only that thread touches the
- * ring).
+ * for the cgroup files.  tests/prim-door.sh holds the other files to it.
  *
  * Rules:
  *   - no policy: which page size, backend, fallback or placement a block
  *     gets is decided by the caller; these carry it out;
  *   - no lock is taken and no memory allocated (directories are read with
- *     getdents64 into the stack, not opendir): callers run under
- *     hp_heap_lock, inside pthread_once and inside the malloc of an
+ *     getdents64 into the stack, not opendir; a /proc line longer than the
+ *     stack's buffer gets a private mapping, not malloc): callers run
+ *     under hp_heap_lock, inside pthread_once and inside the malloc of an
  *     interposer (libhpalloc-preload.so);
  *   - nothing is logged: the caller knows what the failure means;
  *   - errno: a system call wrapper fails as the call does, -1 (or NULL for
  *     a mapping) with the kernel's errno, which the cleanup of a failed
  *     attempt leaves as it was; a sysfs reader returns -1 for "unknown" and
  *     leaves errno as it found it (a missing file is an answer, not an
- *     error of the caller's). */
+ *     error of the caller's); a /proc reader fails with the kernel's
+ *     errno (its caller says what a missing /proc means). */
 #include "internal.h"
 
 #include <dirent.h>
@@ -44,6 +49,9 @@
 #endif
 #ifdef HAVE_LIBNUMA
 #include <numaif.h>
+#endif
+#ifdef HAVE_LIBURING
+#include <liburing.h>
 #endif
 
 #ifndef MAP_HUGE_SHIFT
@@ -148,6 +156,13 @@ int prim_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice);
 }
+
+#ifdef HAVE_LIBURING
+void prim_prep_release(struct io_uring_sqe *sqe, void *addr, size_t len)
+{
+	io_uring_prep_madvise(sqe, addr, (off_t)len, MADV_DONTNEED);
+}
+#endif
 
 void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
@@ -370,31 +385,26 @@ int prim_thp_sizes(size_t *out, int max)
 	return list_sizes(THP_DIR, out, max);
 }
 
-/* ---- the memory cgroup ---------------------------------------------------------- */
+/* ---- lines of a file -------------------------------------------------------------- */
 
-static const char *memcg_root = "";
-
-void prim_memcg_root(const char *root)
+/* Each line of fd to fn, without its newline, until fn returns non-zero
+ * (returned; 0 at the end).  The lines are read into buf (cap bytes, the
+ * caller's stack).  A line that does not fit: with grow, buf becomes a
+ * private mapping twice as large (up to PROC_LINE_MAX; no malloc, which
+ * may be what called us), unmapped at the end, and -1 + ENOMEM if there is
+ * none to be had or the line is longer still; without grow the line is
+ * skipped (the cgroup files' lines are short: a long one is not ours). */
+#define PROC_LINE_MAX ((size_t)1 << 20)
+static int each_line_fd(int fd, char *buf, size_t cap, bool grow, int (*fn)(char *line, void *arg),
+			void *arg)
 {
-	memcg_root = root ? root : "";
-}
-
-/* Each line of the file at path to fn: prim_proc_self_lines() says how. */
-static int each_line(const char *path, int (*fn)(char *line, void *arg), void *arg)
-{
-	char buf[2048];
-	HP_ERRNO_SAVE;
+	char *const stack = buf;
 	size_t have = 0;
 	ssize_t n;
 	int rc = 0;
 	bool skipping = false; /* the rest of a line longer than buf */
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		HP_ERRNO_RESTORE;
-		return -1;
-	}
-	while (rc == 0 && (n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
+	while (rc == 0 && (n = read(fd, buf + have, cap - 1 - have)) > 0) {
 		have += (size_t)n;
 		buf[have] = '\0';
 		char *line = buf, *nl;
@@ -407,7 +417,22 @@ static int each_line(const char *path, int (*fn)(char *line, void *arg), void *a
 		}
 		have -= (size_t)(line - buf);
 		memmove(buf, line, have);
-		if (have == sizeof(buf) - 1) { /* no newline in a full buffer */
+		if (have < cap - 1 || rc != 0)
+			continue;
+		char *bigger = grow && cap < PROC_LINE_MAX
+				       ? prim_map(NULL, cap * 2, PROT_READ | PROT_WRITE,
+						  MAP_PRIVATE | MAP_ANONYMOUS, -1)
+				       : NULL;
+		if (bigger) {
+			memcpy(bigger, buf, have);
+			if (buf != stack)
+				munmap(buf, cap);
+			buf = bigger;
+			cap *= 2;
+		} else if (grow) {
+			errno = ENOMEM;
+			rc = -1;
+		} else { /* no newline in a full buffer */
 			have = 0;
 			skipping = true;
 		}
@@ -416,17 +441,104 @@ static int each_line(const char *path, int (*fn)(char *line, void *arg), void *a
 		buf[have] = '\0';
 		rc = fn(buf, arg);
 	}
+	if (buf != stack)
+		munmap(buf, cap);
+	return rc;
+}
+
+/* Each line of the file at path to fn: prim_proc_self_lines() says how. */
+static int each_line(const char *path, int (*fn)(char *line, void *arg), void *arg)
+{
+	char buf[2048];
+	HP_ERRNO_SAVE;
+
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		HP_ERRNO_RESTORE;
+		return -1;
+	}
+	int rc = each_line_fd(fd, buf, sizeof(buf), false, fn, arg);
 	close(fd);
 	HP_ERRNO_RESTORE;
 	return rc;
 }
 
-int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg)
-{
-	char path[512];
+/* ---- /proc: what the kernel says of processes (callers interpret it) -------------- */
 
-	snprintf(path, sizeof(path), "%s/proc/self/%s", memcg_root, name);
-	return each_line(path, fn, arg);
+#define PROC "/proc/"
+
+/* "/proc/" rel into buf, without printf (hp_self_rss() is on the
+ * allocation path); -1 + ENAMETOOLONG if it does not fit. */
+static int proc_path(const char *rel, char *buf, size_t len)
+{
+	size_t n = strlen(rel);
+	if (n >= len - (sizeof(PROC) - 1)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(buf, PROC, sizeof(PROC) - 1);
+	memcpy(buf + sizeof(PROC) - 1, rel, n + 1);
+	return 0;
+}
+
+ssize_t prim_proc_read(const char *rel, char *buf, size_t len)
+{
+	char path[128];
+	if (proc_path(rel, path, sizeof(path)) < 0)
+		return -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	int err = errno;
+	close(fd);
+	errno = err;
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg)
+{
+	char path[128], buf[4096];
+	if (proc_path(rel, path, sizeof(path)) < 0)
+		return -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	HP_ERRNO_SAVE;
+	int rc = each_line_fd(fd, buf, sizeof(buf), true, fn, arg);
+	int err = errno;
+	close(fd);
+	if (rc < 0)
+		errno = err;
+	else
+		HP_ERRNO_RESTORE;
+	return rc;
+}
+
+ssize_t prim_proc_readlink(const char *rel, char *buf, size_t len)
+{
+	char path[128];
+	if (proc_path(rel, path, sizeof(path)) < 0)
+		return -1;
+	ssize_t n = readlink(path, buf, len - 1);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+int prim_proc_ident(const char *rel, unsigned long long *dev, unsigned long long *ino)
+{
+	char path[128];
+	struct stat st;
+	if (proc_path(rel, path, sizeof(path)) < 0 || stat(path, &st) != 0)
+		return -1;
+	*dev = (unsigned long long)st.st_dev;
+	*ino = (unsigned long long)st.st_ino;
+	return 0;
 }
 
 struct vmstat_want {
@@ -457,9 +569,26 @@ static int vmstat_line(char *line, void *arg)
 int prim_vmstat(const char *const *keys, unsigned long long *out, int n)
 {
 	struct vmstat_want w = {.keys = keys, .out = out, .n = n};
-	if (each_line("/proc/vmstat", vmstat_line, &w) < 0)
+	if (each_line(PROC "vmstat", vmstat_line, &w) < 0)
 		return -1;
 	return w.found;
+}
+
+/* ---- the memory cgroup ---------------------------------------------------------- */
+
+static const char *memcg_root = "";
+
+void prim_memcg_root(const char *root)
+{
+	memcg_root = root ? root : "";
+}
+
+int prim_proc_self_lines(const char *name, int (*fn)(char *line, void *arg), void *arg)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/proc/self/%s", memcg_root, name);
+	return each_line(path, fn, arg);
 }
 
 int prim_memcg_lines(const char *dir, const char *file, int (*fn)(char *line, void *arg), void *arg)

@@ -1,17 +1,23 @@
-/* prim.c: the only place in lib/ that talks to the kernel about memory --
- * every mmap, munmap, mprotect, mremap, madvise (but the ones ring.c
- * submits to io_uring, IORING_OP_MADVISE), mincore, mbind,
+/* prim.c: the only door to the kernel, for lib/ and hpctl -- every mmap,
+ * munmap, mprotect, mremap, madvise (and the io_uring entry of the
+ * MADV_DONTNEED ring.c submits: prim_prep_release), mincore, mbind,
  * get/set_mempolicy, memfd_create, ftruncate and seal, every read of the
- * hugetlb and THP files of sysfs, and every read of the memory cgroup's
- * files.  Modelled on mimalloc's include/mimalloc/prim.h: os.c, shared.c,
- * numa.c, thp.c, populate.c and memcg.c decide, prim.c carries out.  Rules
- * (prim.c's first comment says why):
+ * hugetlb and THP files of sysfs, of the memory cgroup's files, and of
+ * /proc (smaps, numa_maps, statm, comm, a pid's stat, our pid namespace;
+ * hpctl's mounts, meminfo, sysctls and own executable).  Modelled on
+ * mimalloc's include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c,
+ * populate.c, memcg.c, smaps.c, numa_maps.c, publish.c, published.c and
+ * hpctl decide and interpret, prim.c carries out and reads.
+ * tests/prim-door.sh fails on a /proc or /sys path or a memory system call
+ * in any other file of lib/ or tools/.  Rules (prim.c's first comment says
+ * why):
  *   - no policy: no page size, backend or fallback is chosen here;
- *   - no lock taken, no memory allocated (callers run inside interposers
- *     and under hp_heap_lock), nothing logged (the caller says what failed);
+ *   - no lock taken, no memory allocated by malloc (callers run inside
+ *     interposers and under hp_heap_lock), nothing logged (the caller says
+ *     what failed);
  *   - a system call wrapper fails as the call does: -1 or NULL with errno
  *     the kernel's; a sysfs reader says "unknown" (-1) and leaves errno as
- *     it found it.
+ *     it found it; a /proc reader fails with the kernel's errno.
  * Included by internal.h; the readers hpctl also calls are in private.h. */
 #ifndef HP_PRIM_H
 #define HP_PRIM_H
@@ -39,6 +45,11 @@ HP_HIDDEN void *prim_map_aligned(size_t len, int prot, int flags, int fd);
 HP_HIDDEN int prim_unmap(void *addr, size_t len);
 HP_HIDDEN int prim_protect(void *addr, size_t len, int prot);
 HP_HIDDEN int prim_advise(void *addr, size_t len, int advice);
+/* The io_uring entry sqe made the release of [addr, addr + len) that
+ * prim_advise(addr, len, MADV_DONTNEED) would do, for ring.c to submit
+ * (only in a build with liburing). */
+struct io_uring_sqe;
+HP_HIDDEN void prim_prep_release(struct io_uring_sqe *sqe, void *addr, size_t len);
 /* mremap(2); NULL + errno instead of MAP_FAILED. */
 HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags, void *new_addr);
 /* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
@@ -80,6 +91,12 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
 
+/* ---- /proc: what the kernel says of processes -------------------------------------
+ * The readers of /proc/<rel> hpctl calls too (prim_proc_read, _lines,
+ * _readlink) are in private.h. */
+/* The device and inode numbers of /proc/<rel> (stat(2), links followed:
+ * "self/ns/pid" names our pid namespace); -1 + errno. */
+HP_HIDDEN int prim_proc_ident(const char *rel, unsigned long long *dev, unsigned long long *ino);
 /* /proc/vmstat: the values of the n counters named keys into out (those not
  * found left as they were): how many were found, -1 if unreadable. */
 HP_HIDDEN int prim_vmstat(const char *const *keys, unsigned long long *out, int n);

@@ -6,7 +6,8 @@
  * rule the library applies (where the control directory is, what makes a
  * directory or file trustworthy, a knob's environment variable, the
  * io_uring probe, the kernel's view of THP, hugetlb pools and nodes), not a
- * copy of it.
+ * copy of it -- or because prim.c is the one door to the kernel, hpctl's
+ * reads of /proc included (prim_proc_*).
  */
 #ifndef HP_PRIVATE_H
 #define HP_PRIVATE_H
@@ -104,6 +105,23 @@ HP_HIDDEN int prim_pool_sizes(size_t *out, int max);
 HP_HIDDEN int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len);
 /* That file's counter; -1 unknown. */
 HP_HIDDEN long long prim_pool_counter(int node, size_t pagesize, const char *file);
+
+/* ---- prim.c: /proc, the kernel's files of processes ------------------------------
+ * rel is a path below /proc, the real one ("self/statm", "<pid>/stat",
+ * "sys/kernel/io_uring_disabled"); the caller interprets what it reads.
+ * The file's first len - 1 bytes (one read), NUL-terminated: their number,
+ * or -1 + errno (the kernel's). */
+HP_HIDDEN ssize_t prim_proc_read(const char *rel, char *buf, size_t len);
+/* Each line of /proc/<rel>, whole whatever its length and without its
+ * newline, to fn (which may write into it) until fn returns non-zero,
+ * which is returned; 0 at the end, errno as it was.  -1 + errno if the
+ * file cannot be opened, or ENOMEM if a line of more than 1 MiB (or no
+ * memory to hold a long one) stopped the reading.  A line of up to 4 KiB
+ * needs no memory; a longer one gets a private mapping, never malloc. */
+HP_HIDDEN int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg);
+/* The target of the symbolic link /proc/<rel> ("self", "self/exe"),
+ * NUL-terminated (cut at len - 1 bytes): its length, or -1 + errno. */
+HP_HIDDEN ssize_t prim_proc_readlink(const char *rel, char *buf, size_t len);
 
 /* ---- numa.c --------------------------------------------------------------------- */
 /* Node n exists on this machine (libnuma's view, taken once). */

@@ -97,14 +97,8 @@ int publish_remove_pid_dir(int procfd, pid_t pid)
 
 static void read_comm(char *buf, size_t len)
 {
-	int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0)
-		n = 0;
-	buf[n] = '\0';
+	if (prim_proc_read("self/comm", buf, len) < 0)
+		buf[0] = '\0';
 	buf[strcspn(buf, "\n")] = '\0';
 	for (char *c = buf; *c; c++)
 		if ((unsigned char)*c < 0x20 || *c == 0x7f)

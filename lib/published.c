@@ -35,17 +35,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- what /proc says ------------------------------------------------------ */
+/* ---- what /proc says (prim.c reads it) ------------------------------------- */
 
 int published_pidns_self(struct pub_ns *out)
 {
-	struct stat st;
-
-	if (stat("/proc/self/ns/pid", &st) != 0)
-		return -1;
-	out->dev = (unsigned long long)st.st_dev;
-	out->ino = (unsigned long long)st.st_ino;
-	return 0;
+	return prim_proc_ident("self/ns/pid", &out->dev, &out->ino);
 }
 
 /* The /proc we see numbers processes as our pid namespace does: /proc/self
@@ -54,31 +48,20 @@ int published_pidns_self(struct pub_ns *out)
 static bool proc_is_ours(void)
 {
 	char link[32], want[32];
-	ssize_t n = readlink("/proc/self", link, sizeof(link) - 1);
-
-	if (n <= 0)
+	if (prim_proc_readlink("self", link, sizeof(link)) <= 0)
 		return false;
-	link[n] = '\0';
 	snprintf(want, sizeof(want), "%ld", (long)getpid());
 	return strcmp(link, want) == 0;
 }
 
 int published_start_time(pid_t pid, unsigned long long *out)
 {
-	char path[64], buf[1024];
+	char rel[32], buf[1024];
 	const char *p;
-	ssize_t n;
-	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	snprintf(rel, sizeof(rel), "%ld/stat", (long)pid);
+	if (prim_proc_read(rel, buf, sizeof(buf)) <= 0)
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	/* comm may hold spaces and parentheses: fields restart after the
 	 * last ')'; starttime is field 22, the 20th after it. */
 	p = strrchr(buf, ')');

@@ -1,8 +1,9 @@
 /* The io_uring ring: transport only, and the janitor thread's alone.
  *
  * release.c decides what to release and owns every block on its way out;
- * this file only carries MADV_DONTNEED requests to the kernel and hands the
- * completions back (release_chunk_done()).
+ * this file only carries MADV_DONTNEED requests to the kernel (the entries
+ * prim.c's prim_prep_release() makes) and hands the completions back
+ * (release_chunk_done()).
  *
  * The ring is kept out of the descriptor table.  Programs close descriptors
  * they did not open -- daemons and sandboxes closefrom(3)/close_range() at
@@ -62,7 +63,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifdef HAVE_CONFIG_H
@@ -292,7 +292,7 @@ bool ring_queue(struct hp_block *b)
 	for (size_t off = 0; off < b->map.len; off += CHUNK) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 		size_t len = b->map.len - off < CHUNK ? b->map.len - off : CHUNK;
-		io_uring_prep_madvise(sqe, (char *)b->map.addr + off, (off_t)len, MADV_DONTNEED);
+		prim_prep_release(sqe, (char *)b->map.addr + off, len);
 		sqe->flags |= IOSQE_ASYNC; /* never do the work inline in the janitor */
 		io_uring_sqe_set_data(sqe, b);
 	}

@@ -1,10 +1,11 @@
 /* What the kernel says about a range: /proc/self/smaps, never our own
  * bookkeeping.  Sums every mapping that overlaps the range.  And the
- * process's resident memory, for cache_rss_max (/proc/self/statm). */
+ * process's resident memory, for cache_rss_max (/proc/self/statm).  This
+ * file interprets the kernel's text; prim.c reads it (prim_proc_lines,
+ * prim_proc_read). */
 #include "internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <inttypes.h>
@@ -39,12 +40,34 @@ static void add_field(const char *line, struct hp_kernel_backing *k, bool first)
 		k->thp_eligible = strstr(line, " hg") != NULL;
 }
 
+struct range_walk {
+	uintptr_t lo, hi;
+	bool inside, first, found;
+	struct hp_kernel_backing *out;
+};
+
+/* One line of smaps: a mapping's header ("start-end perms ..."), or one of
+ * its fields (they start with a capital; "VmFlags:" parses as neither). */
+static int smaps_line(char *line, void *arg)
+{
+	struct range_walk *w = arg;
+	uintmax_t start, end;
+
+	if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX " ", &start, &end) == 2 && line[0] != 'V') {
+		if (w->inside)
+			w->first = false;
+		w->inside = start < w->hi && end > w->lo;
+		w->found |= w->inside;
+	} else if (w->inside) {
+		add_field(line, w->out, w->first);
+	}
+	return 0;
+}
+
 static int kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *out)
 {
 	uintptr_t lo = (uintptr_t)addr, span = len ? len : 1;
 	uintptr_t hi = span > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + span; /* no wrap */
-	char line[512];
-	bool inside = false, first = true, found = false;
 
 	if (!addr || !out) {
 		errno = EINVAL;
@@ -52,27 +75,11 @@ static int kernel_backing(const void *addr, size_t len, struct hp_kernel_backing
 	}
 	*out = (struct hp_kernel_backing){0};
 	HP_ERRNO_SAVE;
-	FILE *f = fopen("/proc/self/smaps", "re");
-	if (!f)
+	struct range_walk w = {.lo = lo, .hi = hi, .first = true, .out = out};
+	if (prim_proc_lines("self/smaps", smaps_line, &w) < 0)
 		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		bool whole = strchr(line, '\n') != NULL;
-		uintmax_t start, end;
-		/* a header line is "start-end perms ..."; field lines start with a capital */
-		if (sscanf(line, "%" SCNxMAX "-%" SCNxMAX " ", &start, &end) == 2 && line[0] != 'V') {
-			if (inside)
-				first = false;
-			inside = start < hi && end > lo;
-			found |= inside;
-		} else if (inside) {
-			add_field(line, out, first);
-		}
-		while (!whole && fgets(line, sizeof(line), f)) /* rest of a long line */
-			whole = strchr(line, '\n') != NULL;
-	}
-	fclose(f);
 	out->huge_bytes = out->anon_huge_bytes + out->hugetlb_bytes;
-	if (!found) {
+	if (!w.found) {
 		errno = ENOENT;
 		return -1;
 	}
@@ -89,19 +96,14 @@ int hp_kernel_backing(const void *addr, size_t len, struct hp_kernel_backing *ou
 	return rc;
 }
 
-/* /proc/self/statm's second field, pages.  open/read, no stdio: the
- * janitor calls this every tick, and it must not allocate. */
+/* /proc/self/statm's second field, pages.  No stdio: the janitor calls
+ * this every tick, and it must not allocate. */
 size_t hp_self_rss(void)
 {
 	char buf[128];
 	size_t rss = 0;
 	HP_ERRNO_SAVE; /* called on the allocation path: errno unchanged */
-	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-	if (fd >= 0)
-		close(fd);
-	if (n > 0) {
-		buf[n] = 0;
+	if (prim_proc_read("self/statm", buf, sizeof(buf)) > 0) {
 		char *p = strchr(buf, ' ');
 		if (p)
 			rss = (size_t)strtoull(p + 1, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);

@@ -21,6 +21,7 @@
 #endif
 
 #include "hpctl.h"
+#include "private.h" /* prim_proc_read */
 
 #include <elf.h>
 #include <errno.h>
@@ -106,11 +107,12 @@ static const char *secure_exec_reason(const char *path, const struct stat *st)
 /* The ELF class and machine of this very program, which the library shares. */
 static bool own_elf(Elf64_Ehdr *out)
 {
-	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-	bool ok = fd >= 0 && read(fd, out, sizeof(*out)) == (ssize_t)sizeof(*out);
-	if (fd >= 0)
-		close(fd);
-	return ok;
+	char buf[sizeof(*out) + 1];
+
+	if (prim_proc_read("self/exe", buf, sizeof(buf)) != (ssize_t)sizeof(*out))
+		return false;
+	memcpy(out, buf, sizeof(*out));
+	return true;
 }
 
 /* Why LD_PRELOAD cannot reach an ELF program, or NULL. */

@@ -30,7 +30,7 @@
 #endif
 
 #include "hpctl.h"
-#include "private.h" /* knob_env_name, report_parse_line */
+#include "private.h" /* knob_env_name, report_parse_line, prim_proc_readlink */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,10 +73,8 @@ bool relocated_dir(const char *py, char *buf, size_t len)
 		if (*p == '/' && p[1])
 			strncat(rel, "../", sizeof(rel) - strlen(rel) - 1);
 	strncat(rel, py + common + (py[common] == '/'), sizeof(rel) - strlen(rel) - 1);
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
+	if (prim_proc_readlink("self/exe", exe, sizeof(exe)) <= 0)
 		return false;
-	exe[n] = '\0';
 	char *slash = strrchr(exe, '/');
 	if (!slash)
 		return false;

@@ -6,7 +6,7 @@
 #endif
 
 #include "hpctl.h"
-#include "private.h" /* ring_probe, numa_node_next, prim_pool_*, thp_* */
+#include "private.h" /* ring_probe, numa_node_next, prim_pool_*, prim_proc_*, thp_* */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,28 +18,13 @@
 #define MAX_THP_SIZES 16
 #define MAX_NODES 64 /* shown by status; pool --node takes any that exists */
 
-/* First line of a small file, without the newline; -1 if unreadable. */
-static int read_line(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "re");
-	bool ok;
-
-	if (!f)
-		return -1;
-	ok = fgets(buf, (int)len, f) != NULL;
-	fclose(f);
-	if (!ok)
-		return -1;
-	buf[strcspn(buf, "\n")] = '\0';
-	return 0;
-}
-
-static long long read_number(const char *path)
+/* The number a file of /proc holds (a sysctl), -1 if unreadable. */
+static long long proc_number(const char *rel)
 {
 	char buf[64], *end;
 	long long v;
 
-	if (read_line(path, buf, sizeof(buf)) != 0)
+	if (prim_proc_read(rel, buf, sizeof(buf)) <= 0)
 		return -1;
 	v = strtoll(buf, &end, 10);
 	return end == buf ? -1 : v;
@@ -118,7 +103,7 @@ struct uring_state {
 /* The library's own probe: what it says is what a process would do. */
 static void probe_uring(struct uring_state *u)
 {
-	u->sysctl = read_number("/proc/sys/kernel/io_uring_disabled");
+	u->sysctl = proc_number("sys/kernel/io_uring_disabled");
 	u->available = ring_probe(u->detail, sizeof(u->detail));
 }
 
@@ -130,24 +115,24 @@ struct mount_list {
 	char opts[16][256];
 };
 
-static void list_hugetlbfs(struct mount_list *m)
+/* A line of /proc/mounts: "device path type options dump pass". */
+static int mounts_line(char *line, void *arg)
 {
-	FILE *f = fopen("/proc/mounts", "re");
+	struct mount_list *m = arg;
 	char dev[256], path[256], type[64], opts[256];
 
+	if (sscanf(line, "%255s %255s %63s %255s", dev, path, type, opts) != 4 ||
+	    strcmp(type, "hugetlbfs") != 0)
+		return 0;
+	snprintf(m->path[m->n], sizeof(m->path[0]), "%s", path);
+	snprintf(m->opts[m->n], sizeof(m->opts[0]), "%s", opts);
+	return ++m->n == 16;
+}
+
+static void list_hugetlbfs(struct mount_list *m)
+{
 	m->n = 0;
-	if (!f)
-		return;
-	while (m->n < 16 &&
-	       fscanf(f, "%255s %255s %63s %255s %*d %*d", dev, path, type,
-		      opts) == 4) {
-		if (strcmp(type, "hugetlbfs") != 0)
-			continue;
-		snprintf(m->path[m->n], sizeof(m->path[0]), "%s", path);
-		snprintf(m->opts[m->n], sizeof(m->opts[0]), "%s", opts);
-		m->n++;
-	}
-	fclose(f);
+	prim_proc_lines("mounts", mounts_line, m);
 }
 
 /* ---- status ------------------------------------------------------------------ */
@@ -333,18 +318,16 @@ struct pool_request {
 	long long got, free;
 };
 
+static int meminfo_line(char *line, void *arg)
+{
+	return sscanf(line, "MemTotal: %llu kB", (unsigned long long *)arg) == 1;
+}
+
 static unsigned long long mem_total_kb(void)
 {
-	FILE *f = fopen("/proc/meminfo", "re");
 	unsigned long long kb = 0;
-	char line[128];
 
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
+	prim_proc_lines("meminfo", meminfo_line, &kb);
 	return kb;
 }
 
