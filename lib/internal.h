@@ -363,6 +363,8 @@ HP_HIDDEN size_t small_libc_learnt(void);
 /* A fresh block would not fit under the memory cgroup's limit (cache.c
  * decides): libc gives back the free memory it holds (small.c says why). */
 HP_HIDDEN void small_libc_give_back(void);
+/* libc would serve size from memory it holds free (no new charge). */
+HP_HIDDEN bool small_libc_has_free(size_t size);
 
 /* ---- cache.c: the reuse cache and what it may keep (its first comment: who calls
  * what with which lock) ---------------------------------------------------------- */
@@ -402,8 +404,10 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 /* A fresh block of backend and size is about to be mapped: the cache gives
  * back first what would take the process over cache_rss_max or past its
  * memory cgroup's share, and has libc give back its free memory if the
- * block does not fit under the cgroup's limit (heap.c new_block). */
-HP_HIDDEN void cache_before_map(int backend, size_t size);
+ * block does not fit under the cgroup's limit (heap.c new_block) -- or,
+ * with libc_may, false when it does not fit and libc holds free memory
+ * enough for it: no mapping, the request goes to libc. */
+HP_HIDDEN bool cache_before_map(int backend, size_t size, bool libc_may);
 /* hp_free: b (live, the caller's alone, not inherited) may be cached: if
  * so, a fresh look at the cgroup's usage, and cache_offer(). */
 HP_HIDDEN void cache_before_put(struct hp_block *b);
