@@ -489,8 +489,9 @@ HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
  * headroom -- limit - working set + cached THP bytes, what would be free
  * under the limit if the cache were empty.  A bare number: knobs.c spells
  * it in the knob's help. */
-#define MEMCG_CACHE_SHARE_PCT 50
-/* The first huge mapping of a process (janitor_start): find its cgroup. */
+#define MEMCG_CACHE_SHARE_PCT 25
+/* The first huge mapping of a process (memcg_headroom before a THP block,
+ * else janitor_start): find its cgroup. */
 HP_HIDDEN void memcg_start(void);
 /* The janitor, every round (cache_watch): the cgroup and its limits again,
  * the usage if limited; whether a limit binds. */
@@ -500,6 +501,8 @@ HP_HIDDEN bool memcg_look(void);
  * read: no lock held by the caller); SIZE_MAX without a known limit.  A
  * measure only: cache.c's and populate.c's rules decide what it allows. */
 HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
+/* A limit binds the process, as last looked (one relaxed load). */
+HP_HIDDEN bool memcg_limited(void);
 /* The same from the last reading alone: no system call (hp_heap_lock may
  * be held). */
 HP_HIDDEN size_t memcg_headroom_last(void);

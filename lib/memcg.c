@@ -482,6 +482,11 @@ void memcg_releasing(size_t bytes)
 							memory_order_relaxed));
 }
 
+bool memcg_limited(void)
+{
+	return atomic_load_explicit(&limited, memory_order_relaxed);
+}
+
 size_t memcg_headroom(unsigned max_age_ms)
 {
 	if (!atomic_load_explicit(&looked, memory_order_relaxed))
