@@ -242,6 +242,9 @@ enum hp_stat {
 				       process held THP blocks */
 	HP_STAT_THP_UNDERUSED_SPLITS_SEEN, /* of those, split as under-used (pages
 				       of zeros: thp_underused_split_page, 6.12+) */
+	HP_STAT_MEMCG_LIBC_BLOCKS,  /* requests for a fresh THP block that did not fit
+				       under that limit, served from the free memory
+				       libc held (as without hpalloc) */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

@@ -70,10 +70,21 @@ static int map_placed(struct hp_plan p, size_t size, hp_numa_t numa, struct hp_m
 	return -1;
 }
 
-static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa)
+/* A fresh block, the cache having given back first what it must -- or
+ * none, *to_libc set, when the memory cgroup has no room for it and libc
+ * holds free memory enough (cache_before_map): the program without
+ * hpalloc would have had its buffer from there, and a fresh block charged
+ * on top of it could leave the next fault nothing to reclaim
+ * (tests/c/memcg_libc_hole.c).  to_libc NULL: only from hpalloc (a placed
+ * or forced block, or a hugetlb one). */
+static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa, bool *to_libc)
 {
 	struct hp_map m;
-	cache_before_map(p.backend, size); /* what the cache gives back first */
+	bool libc_may = to_libc && numa == HP_NUMA_DEFAULT;
+	if (!cache_before_map(p.backend, size, libc_may)) {
+		*to_libc = true;
+		return NULL;
+	}
 	if (map_placed(p, size, numa, &m) < 0)
 		return NULL;
 	struct hp_block *b = calloc(1, sizeof(*b));
@@ -99,7 +110,7 @@ static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa)
  * thread) and try once more before the fallback decides. */
 static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_numa_t numa)
 {
-	struct hp_block *b = new_block(p, size, numa);
+	struct hp_block *b = new_block(p, size, numa, NULL);
 	if (b || p.backend != HP_BACKEND_HUGETLB || errno != ENOMEM)
 		return b; /* not short of pages (a refused placement): no use */
 	pthread_mutex_lock(&hp_heap_lock);
@@ -112,7 +123,7 @@ static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_n
 	 * have gone between the failed mmap and this look. */
 	release_flush(true);
 	release_drain();
-	return new_block(p, size, numa);
+	return new_block(p, size, numa, NULL);
 }
 
 /* b becomes live: the registry's, counted in the live gauges; its address. */
@@ -126,28 +137,31 @@ static void *make_live(struct hp_block *b)
 	return b->map.addr;
 }
 
-/* A THP block: cached, else from the cache's pieces, else fresh. */
-static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached)
+/* A THP block: cached, else from the cache's pieces, else fresh (or none,
+ * see new_block's to_libc). */
+static struct hp_block *thp_block(size_t size, hp_numa_t numa, bool *cached, bool *to_libc)
 {
 	struct hp_block *b = cache_take_locked(cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE, size);
 	if (!b)
 		b = thp_from_pieces(size, numa);
 	*cached = b != NULL;
-	return b ? b : new_block((struct hp_plan){HP_BACKEND_THP, 0}, size, numa);
+	return b ? b : new_block((struct hp_plan){HP_BACKEND_THP, 0}, size, numa, to_libc);
 }
 
 /* Where a block comes from, in order: the cache (any kind the knobs
  * accept, placed as wanted), a fresh mapping of the planned kind, then
  * the fallback -- whose THP blocks are again cached ones first. */
-static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached)
+static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *cached, bool *to_libc)
 {
 	hp_numa_t numa = numa_of(ctx);
 	struct hp_block *b = take_cached(size, ctx, numa);
+	if (forced(ctx))
+		to_libc = NULL; /* a page size asked for: hpalloc's or none */
 	if ((*cached = b != NULL))
 		return b;
 	struct hp_plan p = policy_plan(size, ctx, numa);
 	if (p.backend == HP_BACKEND_THP)
-		return thp_block(size, numa, cached);
+		return thp_block(size, numa, cached, to_libc);
 	b = new_block_reclaiming(p, size, numa);
 	if (b)
 		return b;
@@ -155,21 +169,28 @@ static struct hp_block *huge_block(size_t size, const struct hp_ctx *ctx, bool *
 	if (policy_fallback() != HP_BACKEND_THP)
 		return NULL;
 	hp_log(1, "hugetlb pool short for %zu bytes: using THP", size);
-	return thp_block(size, numa, cached);
+	return thp_block(size, numa, cached, to_libc);
 }
 
 /* The huge path alone: a live block, or NULL -- with *to_small set
  * when fallback=small sends the request to the ordinary path (the caller
- * decides whose ordinary path), else ENOMEM. */
+ * decides whose ordinary path) or libc holds the memory a memory cgroup
+ * leaves no room for (new_block), else ENOMEM. */
 void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 {
 	HP_ERRNO_SAVE; /* pool probes and fallbacks leave theirs */
-	bool cached;
+	bool cached, to_libc = false;
 
 	*to_small = false;
 	if (size > HP_MAX_BLOCK)
 		return fail_enomem();
-	struct hp_block *b = huge_block(size, ctx, &cached);
+	struct hp_block *b = huge_block(size, ctx, &cached, &to_libc);
+	if (to_libc) { /* the ordinary path takes it from libc's free memory */
+		stat_add(HP_STAT_MEMCG_LIBC_BLOCKS, 1);
+		*to_small = true;
+		HP_ERRNO_RESTORE;
+		return NULL;
+	}
 	stat_add(cached ? HP_STAT_CACHE_HITS : HP_STAT_CACHE_MISSES, 1);
 	if (!b && policy_fallback() == HP_BACKEND_SMALL) {
 		hp_log(1, "hugetlb pool short for %zu bytes: using libc", size);

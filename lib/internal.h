@@ -370,6 +370,8 @@ HP_HIDDEN size_t small_libc_learnt(void);
 /* A fresh block would not fit under the memory cgroup's limit (cache.c
  * decides): libc gives back the free memory it holds (small.c says why). */
 HP_HIDDEN void small_libc_give_back(void);
+/* libc would serve size from memory it holds free (no new charge). */
+HP_HIDDEN bool small_libc_has_free(size_t size);
 
 /* ---- cache.c: the reuse cache and what it may keep (its first comment: who calls
  * what with which lock) ---------------------------------------------------------- */
@@ -409,8 +411,10 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 /* A fresh block of backend and size is about to be mapped: the cache gives
  * back first what would take the process over cache_rss_max or past its
  * memory cgroup's share, and has libc give back its free memory if the
- * block does not fit under the cgroup's limit (heap.c new_block). */
-HP_HIDDEN void cache_before_map(int backend, size_t size);
+ * block does not fit under the cgroup's limit (heap.c new_block) -- or,
+ * with libc_may, false when it does not fit and libc holds free memory
+ * enough for it: no mapping, the request goes to libc. */
+HP_HIDDEN bool cache_before_map(int backend, size_t size, bool libc_may);
 /* hp_free: b (live, the caller's alone, not inherited) may be cached: if
  * so, a fresh look at the cgroup's usage, and cache_offer(). */
 HP_HIDDEN void cache_before_put(struct hp_block *b);
@@ -492,8 +496,9 @@ HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
  * headroom -- limit - working set + cached THP bytes, what would be free
  * under the limit if the cache were empty.  A bare number: knobs.c spells
  * it in the knob's help. */
-#define MEMCG_CACHE_SHARE_PCT 50
-/* The first huge mapping of a process (janitor_start): find its cgroup. */
+#define MEMCG_CACHE_SHARE_PCT 25
+/* The first huge mapping of a process (memcg_headroom before a THP block,
+ * else janitor_start): find its cgroup. */
 HP_HIDDEN void memcg_start(void);
 /* The janitor, every round (cache_watch): the cgroup and its limits again,
  * the usage if limited; whether a limit binds. */
@@ -503,6 +508,8 @@ HP_HIDDEN bool memcg_look(void);
  * read: no lock held by the caller); SIZE_MAX without a known limit.  A
  * measure only: cache.c's and populate.c's rules decide what it allows. */
 HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
+/* A limit binds the process, as last looked (one relaxed load). */
+HP_HIDDEN bool memcg_limited(void);
 /* The same from the last reading alone: no system call (hp_heap_lock may
  * be held). */
 HP_HIDDEN size_t memcg_headroom_last(void);

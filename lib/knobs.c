@@ -95,7 +95,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"an integer number of milliseconds, 0..3600000", NULL, "1000",
 		0, 3600000, parse_integer, format_integer},
 	[KNOB_URING] = {"uring", "choice",
-		"release pages through io_uring so freeing threads do not wait (falls back to synchronous if unavailable)",
+		"release pages through io_uring so freeing threads do not wait (synchronous if unavailable, and in a memory cgroup with a limit: memory in flight stays charged)",
 		"one of: off on", "off on", "on",
 		0, 1, parse_choice, format_choice},
 	[KNOB_VERBOSE] = {"verbose", "integer",
@@ -119,7 +119,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
 	/* on: in a memory-limited cgroup (a container) the cache keeps at most
-	 * half the headroom (cache.c): the cgroup peaks as under the peers
+	 * a quarter of the headroom (cache.c): the cgroup peaks as under the peers
 	 * instead of at its limit, where the kernel reclaims on every charge
 	 * (bench/results/pressure). */
 	[KNOB_CACHE_MEMCG] = {"cache_memcg", "choice",

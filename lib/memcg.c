@@ -21,8 +21,10 @@
  * container's, a systemd slice above its services).
  *
  * Who reads what, when:
- *   - the first huge mapping of a process (janitor_start(), in that thread,
- *     once per process and fork generation): the cgroup, its levels;
+ *   - the first huge mapping of a process, in that thread, once per process
+ *     and fork generation (memcg_headroom() before a THP block is mapped,
+ *     else janitor_start()): the cgroup, its levels -- a first block
+ *     mapped before the look met no limit (tests/c/memcg_libc_hole.c);
  *   - the janitor, every round (memcg_look, from cache.c's cache_watch):
  *     all of it again, so a process moved to another cgroup, a limit
  *     changed, a cgroup removed are followed within a round;
@@ -42,8 +44,8 @@
  * the cached bytes less, the usage not yet -- and the cache would give
  * back more and more; and a fresh block about to be charged counts as used
  * already (memcg_charging: a second one before the next reading sees what
- * the first leaves).  Without a limited cgroup memcg_headroom is one
- * relaxed load; the small path never asks.  A file that cannot be read or
+ * the first leaves).  Without a limited cgroup memcg_headroom is two
+ * relaxed loads; the small path never asks.  A file that cannot be read or
  * says something else than a number (garbage, a cgroup removed meanwhile)
  * is no limit: SIZE_MAX, and nothing is lost.
  *
@@ -71,6 +73,7 @@ static _Atomic bool limited;               /* a binding level is known */
 static _Atomic size_t bind_limit;
 static _Atomic size_t free_now = SIZE_MAX;  /* limit - working set at the last reading; SIZE_MAX: no bound */
 static _Atomic uint64_t read_at_ms;
+static _Atomic bool looked;                /* in this process (fork generation) */
 
 /* What was free under the limit at the last reading (or since counted by
  * memcg_charging and memcg_releasing): no system call, so cache.c reads it
@@ -435,6 +438,7 @@ static bool look(void)
 
 void memcg_start(void)
 {
+	atomic_store_explicit(&looked, true, memory_order_relaxed);
 	look();
 }
 
@@ -478,8 +482,15 @@ void memcg_releasing(size_t bytes)
 							memory_order_relaxed));
 }
 
+bool memcg_limited(void)
+{
+	return atomic_load_explicit(&limited, memory_order_relaxed);
+}
+
 size_t memcg_headroom(unsigned max_age_ms)
 {
+	if (!atomic_load_explicit(&looked, memory_order_relaxed))
+		memcg_start(); /* the process's first block: its cgroup before it is mapped */
 	if (!atomic_load_explicit(&limited, memory_order_relaxed))
 		return SIZE_MAX;
 	refresh(max_age_ms);
@@ -502,6 +513,8 @@ void memcg_charging(size_t bytes)
 void memcg_fork(int phase)
 {
 	fork_mutex(&memcg_lock, phase);
-	if (phase == FORK_CHILD)
+	if (phase == FORK_CHILD) {
 		where.found = false; /* the parent's janitor may have been writing it */
+		atomic_store_explicit(&looked, false, memory_order_relaxed);
+	}
 }

@@ -122,6 +122,8 @@ static const struct metric metrics[HP_STAT_COUNT] = {
 		"Huge pages the kernel split, machine-wide, while this process had THP blocks" },
 	[HP_STAT_THP_UNDERUSED_SPLITS_SEEN] = { "thp_underused_splits_seen_total", C, NULL, NULL, 1,
 		"Of those, split as under-used (pages of zeros)" },
+	[HP_STAT_MEMCG_LIBC_BLOCKS] = { "memcg_libc_blocks_total", C, NULL, NULL, 1,
+		"Requests that did not fit under the limit, served from libc's free memory" },
 };
 #undef G
 #undef C

@@ -21,8 +21,13 @@
  * address the parent already gave back is ever touched.
  *
  * Which way a block goes: the ring when the janitor has set one up (it
- * reaps), the `uring` knob is on and the ring is not backlogged by a failed
- * submit; else synchronously, in the calling thread.  Only the janitor uses
+ * reaps), the `uring` knob is on, the ring is not backlogged by a failed
+ * submit and the process is in no memory cgroup with a limit; else
+ * synchronously, in the calling thread.  Under a limit, memory in flight
+ * stays charged until the ring is done, and a fresh block faulted
+ * meanwhile gets pages the host took back (cold: 3-4x dearer here) instead
+ * of those: make bench's reuse-pressure row had 190-280 ms rounds against
+ * NumPy's default 32 ms, 25-35 ms released synchronously.  Only the janitor uses
  * the ring (ring.c says why): another thread leaves its blocks pending and
  * wakes it, and the janitor moves them into the ring (release_pump).  A
  * ring that is gone (its descriptor closed by the program) hands back what
@@ -96,7 +101,7 @@ static void ring_unlink_locked(struct hp_block *b)
 static bool ring_wanted(bool sync)
 {
 	return !sync && ring_ready() && !ring_backlogged() &&
-	       hp_knob(KNOB_URING);
+	       hp_knob(KNOB_URING) && !memcg_limited();
 }
 
 /* rel_lock held: into the ring (linked first: it is the ring's from its

@@ -16,6 +16,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CLASS_SHIFT 6
 #define CACHED_MAX 2048
@@ -204,4 +205,57 @@ void small_libc_give_back(void)
 	hp_inside--;
 	errno = saved;
 	stat_add(HP_STAT_LIBC_TRIMS, 1);
+}
+
+/* Whether libc would serve a request of size, in the small path's chunk
+ * (size + HP_SMALL_ALIGN), from memory it holds free: asked, looked at,
+ * given back.  glibc takes a request from its free chunks before it grows
+ * its heap or maps one, and gives the same chunk again to the same request
+ * next (its unsorted list, exact fit first).  Only its main heap counts:
+ * a chunk mapped for the request (IS_MMAPPED in its header) or a heap
+ * grown for it (the break moved) is fresh memory, and a thread arena's
+ * heap cannot tell (NON_MAIN_ARENA); and the memory must be resident.
+ * glibc's chunk header, so glibc only; under ASan no (its allocator is
+ * not glibc's). */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#define GLIBC_IS_MMAPPED 0x2
+#define GLIBC_NON_MAIN_ARENA 0x4
+
+/* The flags of the size field in front of a chunk glibc's malloc returned. */
+static size_t glibc_chunk_flags(const void *p)
+{
+	return *(const size_t *)((uintptr_t)p - sizeof(size_t)) & 0x7;
+}
+
+/* Seven in eight of [p, p+len)'s pages resident, one looked at per 2 MiB:
+ * free memory libc gave back (malloc_trim) is free still, but charged and
+ * faulted afresh, on 4 KiB pages -- a fresh huge block is better then. */
+static bool mostly_resident(const char *p, size_t len)
+{
+	size_t looked = 0, resident = 0;
+	for (size_t off = 0; off < len; off += HP_THP_SIZE, looked++)
+		resident += prim_resident(p + off) == 1;
+	return resident * 8 >= looked * 7;
+}
+#endif
+
+bool small_libc_has_free(size_t size)
+{
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+	if (size > SIZE_MAX - HP_SMALL_ALIGN)
+		return false;
+	int saved = errno;
+	hp_inside++; /* an interposed malloc (the preload library) must pass this to libc */
+	void *brk_before = sbrk(0);
+	void *raw = malloc(size + HP_SMALL_ALIGN);
+	bool held = raw && !(glibc_chunk_flags(raw) & (GLIBC_IS_MMAPPED | GLIBC_NON_MAIN_ARENA)) &&
+		    sbrk(0) == brk_before && mostly_resident(raw, size);
+	free(raw);
+	hp_inside--;
+	errno = saved;
+	return held;
+#else
+	(void)size;
+	return false;
+#endif
 }

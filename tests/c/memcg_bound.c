@@ -170,7 +170,7 @@ static void test_fresh_mapping_gives_back(void **state)
 {
 	(void)state;
 	void *b[4];
-	const size_t limit = 512 * MiB, big_size = 416 * MiB;
+	const size_t limit = GiB, big_size = 832 * MiB;
 	knobs();
 	enter(limit);
 	make_blocks(b, 4);

@@ -82,6 +82,12 @@ size_t tmemcg_peak(void)
 	return read_text(path, buf, sizeof(buf)) ? (size_t)strtoull(buf, NULL, 10) : 0;
 }
 
+bool tmemcg_reset_peak(void)
+{
+	/* v2's memory.peak resets only for the file descriptor written */
+	return tmemcg.version == 1 && write_text(tmemcg.dir, "memory.max_usage_in_bytes", "0");
+}
+
 size_t tmemcg_limit_hits(void)
 {
 	if (tmemcg.version == 1)

@@ -43,6 +43,8 @@ void tmemcg_set_limit(size_t limit);
 bool tmemcg_try_limit(size_t limit);
 size_t tmemcg_usage(void);
 size_t tmemcg_peak(void);        /* v1 max_usage_in_bytes, v2 memory.peak (0 unknown) */
+/* The peak back to the usage now (v1; false where it cannot be). */
+bool tmemcg_reset_peak(void);
 size_t tmemcg_limit_hits(void);  /* v1 memory.failcnt, v2 memory.events "max" */
 size_t tmemcg_oom_kills(void);   /* memory.oom_control / memory.events "oom_kill" */
 /* A "key value" line of a file of the cgroup (memory.stat): the value, 0 if

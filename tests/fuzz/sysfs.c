@@ -157,7 +157,7 @@ static void check_counter(const char *file)
 static void check_memcg(void)
 {
 	memcg_start(); /* what the first huge mapping does: find the cgroup, read its levels */
-	cache_before_map(HP_BACKEND_THP, HP_THP_SIZE); /* a fresh THP block: the usage again, counted */
+	cache_before_map(HP_BACKEND_THP, HP_THP_SIZE, false); /* a fresh THP block: the usage again, counted */
 	uint64_t limit = atomic_load(&hp_counters[HP_STAT_MEMCG_LIMIT_BYTES]);
 	size_t free = memcg_headroom(0);
 	if (limit >= (uint64_t)1 << 62)
