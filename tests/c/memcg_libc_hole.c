@@ -48,6 +48,23 @@ static void knobs(const char *mode)
 	harness_knob("threshold", "1M");
 }
 
+/* child(mode) in a fresh cgroup limited to LIMIT: it must exit 0 with no
+ * OOM kill; its exit 5 says what went wrong (why5). */
+static void in_cgroup(int (*child)(void *), const char *mode, const char *why5)
+{
+	need_glibc_heap();
+	harness_need_thp();
+	tmemcg_make(LIMIT);
+	int status = tmemcg_spawn(child, (void *)mode);
+	size_t kills = tmemcg_oom_kills();
+	tmemcg_remove();
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 5)
+		fail_msg("mode=%s: %s", mode, why5);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("mode=%s: %s (%zu OOM kills)", mode, tmemcg_status_text(status), kills);
+	assert_int_equal(kills, 0);
+}
+
 /* n buffers of SMALL through hpalloc's small path (libc's), each written. */
 static void **smalls(size_t n)
 {
@@ -116,18 +133,8 @@ static int one_step_child(void *arg)
 
 static void one_step(const char *mode)
 {
-	need_glibc_heap();
-	harness_need_thp();
-	tmemcg_make(LIMIT);
-	int status = tmemcg_spawn(one_step_child, (void *)mode);
-	size_t kills = tmemcg_oom_kills();
-	tmemcg_remove();
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 5)
-		fail_msg("mode=%s: a fresh 64 MiB block near the limit was charged whole while libc "
-			 "held 128 MiB free", mode);
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fail_msg("mode=%s: %s", mode, tmemcg_status_text(status));
-	assert_int_equal(kills, 0);
+	in_cgroup(one_step_child, mode, "a fresh 64 MiB block near the limit was charged whole "
+		  "while libc held 128 MiB free");
 }
 
 static void test_one_step_libc_alone(void **state)
@@ -195,17 +202,7 @@ static int row_child(void *arg)
 
 static void row(const char *mode)
 {
-	need_glibc_heap();
-	harness_need_thp();
-	tmemcg_make(LIMIT);
-	int status = tmemcg_spawn(row_child, (void *)mode);
-	size_t kills = tmemcg_oom_kills();
-	tmemcg_remove();
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 5)
-		fail_msg("mode=%s: the reuse rounds hit the limit (glibc alone never does)", mode);
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fail_msg("mode=%s: %s (%zu OOM kills)", mode, tmemcg_status_text(status), kills);
-	assert_int_equal(kills, 0);
+	in_cgroup(row_child, mode, "the reuse rounds hit the limit (glibc alone never does)");
 }
 
 static void test_row_libc_alone(void **state)
