@@ -188,7 +188,7 @@ HP_HIDDEN long numa_pool_available(hp_numa_t p, size_t pagesize);
  * where the allocating thread's own faults would put them (populate.c's
  * workers; numa.c says when that takes anything). */
 #define HP_NUMA_MASK_WORDS (1024 / (8 * sizeof(unsigned long)))
-struct numa_origin {
+struct numa_home {
 	bool follow;  /* the block's placement depends on who faults, on a machine of 2+ nodes */
 	int node;     /* the allocating thread's node then (-1 unknown) */
 	int mode;     /* its own policy (get_mempolicy), -1 unknown */
@@ -196,11 +196,11 @@ struct numa_origin {
 	unsigned long nodes[HP_NUMA_MASK_WORDS];
 };
 /* In the allocating thread, for a block placed by p. */
-HP_HIDDEN void numa_origin_capture(hp_numa_t p, struct numa_origin *o);
+HP_HIDDEN void numa_home_capture(hp_numa_t p, struct numa_home *o);
 /* In the faulting thread, before it faults for o's block (NULL: for a block
  * that needs nothing, where it drops what it took on before): 0, or -1 if
  * it cannot fault there (then it must not fault at all). */
-HP_HIDDEN int numa_origin_follow(const struct numa_origin *o);
+HP_HIDDEN int numa_home_follow(const struct numa_home *o);
 
 /* ---- os.c ------------------------------------------------------------------ */
 /* A mapping hpalloc owns.  addr is aligned to the page size it asked for. */
@@ -287,7 +287,7 @@ struct hp_block {
 	bool dirty;               /* pages may hold old data           */
 	int origin;               /* enum hp_origin, for the stats     */
 	unsigned fork_gen;        /* heap_fork_gen when it was mapped  */
-	size_t chunks_left;       /* ring entries not yet completed    */
+	size_t entries_left;       /* ring entries not yet completed    */
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_offer() */
@@ -554,14 +554,14 @@ HP_HIDDEN void release_flush(bool sync);
 HP_HIDDEN void release_drain(void);        /* until nothing is releasing */
 HP_HIDDEN bool release_busy(void);         /* something is releasing */
 HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
-HP_HIDDEN void release_chunk_done(struct hp_block *b, int res); /* ring.c */
+HP_HIDDEN void release_entry_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
 
 /* ---- ring.c: the janitor thread's alone (ring.c says why; ring_probe: private.h) -- */
 HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, then ready */
 HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
 HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
-HP_HIDDEN size_t ring_chunks(size_t len);  /* entries a block of len needs */
+HP_HIDDEN size_t ring_entries(size_t len);  /* entries a block of len needs */
 /* rel_lock held: prepare b's entries; false if none could be prepared
  * (no room, backlog, gone), b untouched. */
 HP_HIDDEN bool ring_queue(struct hp_block *b);

@@ -361,7 +361,7 @@ static bool several_nodes(void)
 	return numa_node_next(numa_node_next(-1)) >= 0;
 }
 
-void numa_origin_capture(hp_numa_t p, struct numa_origin *o)
+void numa_home_capture(hp_numa_t p, struct numa_home *o)
 {
 	int mode = numa_mode(p);
 
@@ -383,7 +383,7 @@ void numa_origin_capture(hp_numa_t p, struct numa_origin *o)
 }
 
 /* The worker's own state: what it took on last (a thread's alone). */
-static __thread bool took_policy, took_cpus;
+static __thread bool took_placement, took_cpus;
 static __thread cpu_set_t own_cpus;
 
 #ifdef HAVE_LIBNUMA
@@ -403,7 +403,7 @@ static int node_cpus(int node, cpu_set_t *set)
 	return rc == 0 && CPU_COUNT(set) ? 0 : -1;
 }
 
-static int take_on(const struct numa_origin *o)
+static int take_on(const struct numa_home *o)
 {
 	unsigned long one[NODE_WORDS] = {0};
 	const unsigned long *nodes = o->nodes;
@@ -419,7 +419,7 @@ static int take_on(const struct numa_origin *o)
 	}
 	if (prim_set_thread_policy(mode, nodes, NODE_LIMIT + 1) < 0)
 		return -1;
-	took_policy = true;
+	took_placement = true;
 	if (!o->local)
 		return 0;
 	if (!took_cpus && sched_getaffinity(0, sizeof(own_cpus), &own_cpus) < 0)
@@ -431,14 +431,14 @@ static int take_on(const struct numa_origin *o)
 }
 #endif
 
-int numa_origin_follow(const struct numa_origin *o)
+int numa_home_follow(const struct numa_home *o)
 {
-	if (took_policy && prim_set_thread_policy(0 /* MPOL_DEFAULT */, NULL, 0) == 0)
-		took_policy = false;
+	if (took_placement && prim_set_thread_policy(0 /* MPOL_DEFAULT */, NULL, 0) == 0)
+		took_placement = false;
 	if (took_cpus && sched_setaffinity(0, sizeof(own_cpus), &own_cpus) == 0)
 		took_cpus = false;
 	if (!o || !o->follow)
-		return took_policy || took_cpus ? -1 : 0;
+		return took_placement || took_cpus ? -1 : 0;
 #ifdef HAVE_LIBNUMA
 	return take_on(o);
 #else

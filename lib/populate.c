@@ -126,7 +126,7 @@ struct job {
 	uint64_t check_at_us;    /* when its sentinels are looked at next */
 	unsigned poll_us;
 	unsigned gen;            /* tells a worker's last job from a new one in the slot */
-	struct numa_origin origin;
+	struct numa_home origin;
 };
 
 static pthread_mutex_t pop_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -438,7 +438,7 @@ static void timed_wait(uint64_t wait_us)
 static int fault_in(struct job *j, size_t c, unsigned gen, unsigned *last_gen, uint64_t *ns)
 {
 	if (gen != *last_gen) {
-		if (numa_origin_follow(&j->origin) < 0)
+		if (numa_home_follow(&j->origin) < 0)
 			return EXDEV; /* cannot fault where the program would: leave it */
 		*last_gen = gen;
 	}
@@ -590,8 +590,8 @@ void populate_watch(const struct hp_map *m)
 		HP_ERRNO_RESTORE;
 		return; /* faulted in already (a bind on hugetlb pages: numa.c) */
 	}
-	struct numa_origin origin;
-	numa_origin_capture(m->numa, &origin);
+	struct numa_home origin;
+	numa_home_capture(m->numa, &origin);
 	pthread_mutex_lock(&pop_lock);
 	struct job *j = NULL;
 	for (int i = 0; i < MAX_JOBS && !j; i++)

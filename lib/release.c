@@ -13,7 +13,7 @@
  *              or leaves them to the janitor's release_pump());
  *   in_ring    MADV_DONTNEED entries for it are prepared in the io_uring
  *              (ring.c) from the first one on: only its last completion
- *              (release_chunk_done(), janitor thread) unmaps it.  A failed
+ *              (release_entry_done(), janitor thread) unmaps it.  A failed
  *              submit changes nothing of that: the entries are still queued.
  * The synchronous release unmaps with rel_lock held, and so does the last
  * completion: a fork therefore finds every listed block still mapped, and
@@ -80,7 +80,7 @@ static void unmap_locked(struct hp_block *b)
 
 static void ring_link_locked(struct hp_block *b)
 {
-	b->chunks_left = ring_chunks(b->map.len);
+	b->entries_left = ring_entries(b->map.len);
 	b->ring_prev = NULL;
 	b->ring_next = in_ring;
 	if (in_ring)
@@ -157,13 +157,13 @@ void release_pump(void)
 	ring_collect();  /* a ring that is gone gives back what it held */
 }
 
-/* Janitor thread: one chunk of b is done.  If madvise failed, munmap frees
+/* Janitor thread: one entry of b is done.  If madvise failed, munmap frees
  * the pages just the same. */
-void release_chunk_done(struct hp_block *b, int res)
+void release_entry_done(struct hp_block *b, int res)
 {
 	(void)res;
 	pthread_mutex_lock(&rel_lock);
-	if (--b->chunks_left == 0) {
+	if (--b->entries_left == 0) {
 		ring_unlink_locked(b);
 		unmap_locked(b);
 		update_busy_locked();

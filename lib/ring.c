@@ -3,7 +3,7 @@
  * release.c decides what to release and owns every block on its way out;
  * this file only carries MADV_DONTNEED requests to the kernel (the entries
  * prim.c's prim_prep_release() makes) and hands the completions back
- * (release_chunk_done()).
+ * (release_entry_done()).
  *
  * The ring is kept out of the descriptor table.  Programs close descriptors
  * they did not open -- daemons and sandboxes closefrom(3)/close_range() at
@@ -272,7 +272,7 @@ static void submit_locked(void)
 }
 #endif
 
-size_t ring_chunks(size_t len)
+size_t ring_entries(size_t len)
 {
 	return (len + CHUNK - 1) / CHUNK;
 }
@@ -280,12 +280,12 @@ size_t ring_chunks(size_t len)
 bool ring_queue(struct hp_block *b)
 {
 #ifdef HAVE_LIBURING
-	size_t chunks = ring_chunks(b->map.len);
+	size_t entries = ring_entries(b->map.len);
 
 	pthread_mutex_lock(&sq_lock);
-	if (io_uring_sq_space_left(&ring) < chunks && !ring_backlogged())
+	if (io_uring_sq_space_left(&ring) < entries && !ring_backlogged())
 		submit_locked(); /* make room: hand what is queued to the kernel */
-	if (gone || io_uring_sq_space_left(&ring) < chunks || ring_backlogged()) {
+	if (gone || io_uring_sq_space_left(&ring) < entries || ring_backlogged()) {
 		pthread_mutex_unlock(&sq_lock);
 		return false; /* nothing of b prepared: the caller releases it */
 	}
@@ -296,7 +296,7 @@ bool ring_queue(struct hp_block *b)
 		sqe->flags |= IOSQE_ASYNC; /* never do the work inline in the janitor */
 		io_uring_sqe_set_data(sqe, b);
 	}
-	prepared += chunks;
+	prepared += entries;
 	/* from here b belongs to the ring until its last completion */
 	pthread_mutex_unlock(&sq_lock);
 	return true;
@@ -326,7 +326,7 @@ static void reap(void)
 	unsigned head, seen = 0;
 
 	io_uring_for_each_cqe(&ring, head, cqe) {
-		release_chunk_done(io_uring_cqe_get_data(cqe), cqe->res);
+		release_entry_done(io_uring_cqe_get_data(cqe), cqe->res);
 		seen++;
 	}
 	io_uring_cq_advance(&ring, seen);
@@ -405,7 +405,7 @@ void ring_collect(void)
 	prepared -= n;
 	pthread_mutex_unlock(&sq_lock);
 	for (unsigned i = 0; i < n; i++)
-		release_chunk_done(dropped[i], -ECANCELED);
+		release_entry_done(dropped[i], -ECANCELED);
 	reap();
 	if (in_kernel() > 0 && hp_now_ms() - gone_at_ms <= GONE_GRACE_MS)
 		return; /* running: their completions come into the memory we keep */
