@@ -77,7 +77,7 @@
 #endif
 
 #define RING_ENTRIES 256
-#define CHUNK ((size_t)1 << 30) /* io_uring madvise length is 32-bit */
+#define ENTRY_BYTES ((size_t)1 << 30) /* io_uring madvise length is 32-bit */
 /* A gone ring's entries that the kernel took complete within milliseconds,
  * into the ring's memory -- unless the completion queue was full: the
  * kernel then keeps them aside, and only io_uring_enter, which no longer
@@ -274,7 +274,7 @@ static void submit_locked(void)
 
 size_t ring_entries(size_t len)
 {
-	return (len + CHUNK - 1) / CHUNK;
+	return (len + ENTRY_BYTES - 1) / ENTRY_BYTES;
 }
 
 bool ring_queue(struct hp_block *b)
@@ -289,9 +289,9 @@ bool ring_queue(struct hp_block *b)
 		pthread_mutex_unlock(&sq_lock);
 		return false; /* nothing of b prepared: the caller releases it */
 	}
-	for (size_t off = 0; off < b->map.len; off += CHUNK) {
+	for (size_t off = 0; off < b->map.len; off += ENTRY_BYTES) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-		size_t len = b->map.len - off < CHUNK ? b->map.len - off : CHUNK;
+		size_t len = b->map.len - off < ENTRY_BYTES ? b->map.len - off : ENTRY_BYTES;
 		prim_prep_release(sqe, (char *)b->map.addr + off, len);
 		sqe->flags |= IOSQE_ASYNC; /* never do the work inline in the janitor */
 		io_uring_sqe_set_data(sqe, b);
