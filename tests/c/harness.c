@@ -32,17 +32,6 @@ const char *__asan_default_options(void)
 	return "allocator_may_return_null=1";
 }
 
-/* ---- pools, restorable from a signal handler ------------------------------- */
-struct saved_pool {
-	size_t pagesize;
-	char path[160];     /* .../nr_hugepages                 */
-	char value[32];     /* what it held before we changed it */
-	size_t value_len;
-};
-#define MAX_POOLS 4
-static struct saved_pool saved_pools[MAX_POOLS];
-static volatile sig_atomic_t saved_pool_count;
-
 static char control_dir[256];
 static pid_t owner_pid;
 
@@ -64,21 +53,6 @@ __attribute__((constructor)) static void one_malloc_arena(void)
 static unsigned skipped_cases;
 static const char *current_case = "?";
 
-/* Async-signal-safe: only open/write/close. */
-static void restore_pools_raw(void)
-{
-	for (int i = 0; i < saved_pool_count; i++) {
-		int fd = open(saved_pools[i].path, O_WRONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (write(fd, saved_pools[i].value, saved_pools[i].value_len) < 0) {
-			/* nothing better to do in a signal handler; the
-			 * run-test wrapper restores pools as well */
-		}
-		close(fd);
-	}
-}
-
 static void write_stderr(const char *msg)
 {
 	if (write(STDERR_FILENO, msg, strlen(msg)) < 0) {
@@ -94,7 +68,7 @@ static void on_fatal_signal(int sig)
 	else
 		write_stderr("harness: killed by a signal, restoring hugetlb pools\n");
 	if (getpid() == owner_pid)
-		restore_pools_raw();
+		harness_pools_restore_raw();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -533,153 +507,6 @@ bool harness_stat_reaches(int stat, uint64_t value, unsigned ms)
 	return false;
 }
 
-/* ---- pools ------------------------------------------------------------------------ */
-bool harness_is_root(void)
-{
-	return geteuid() == 0;
-}
-
-static int read_text(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t r = read(fd, buf, len - 1);
-	close(fd);
-	if (r < 0)
-		return -1;
-	buf[r] = '\0';
-	return (int)r;
-}
-
-/* Counters are unsigned in the kernel; one that went "below zero" (seen:
- * resv_hugepages 18446744073709551612) reads as the small negative value
- * the kernel's own unsigned arithmetic also works with. */
-static long read_long(const char *path)
-{
-	char buf[64];
-
-	if (read_text(path, buf, sizeof(buf)) <= 0)
-		return -1;
-	return (long)strtoull(buf, NULL, 10);
-}
-
-static int write_long(const char *path, long value)
-{
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%ld\n", value);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t w = write(fd, buf, (size_t)n);
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return w == n ? 0 : -1;
-}
-
-static void pool_file(size_t pagesize, const char *file, char *buf, size_t len)
-{
-	snprintf(buf, len, "/sys/kernel/mm/hugepages/hugepages-%zukB/%s",
-		 pagesize / KiB, file);
-}
-
-long harness_pool_available(size_t pagesize)
-{
-	char path[160];
-
-	pool_file(pagesize, "free_hugepages", path, sizeof(path));
-	long free_pages = read_long(path);
-	pool_file(pagesize, "resv_hugepages", path, sizeof(path));
-	long resv = read_long(path);
-	if (free_pages < 0)
-		return -1;
-	if (resv < 0) {
-		static bool warned;
-		if (!warned)
-			fprintf(stderr, "harness: %s is negative (%ld): kernel "
-				"reservation accounting underflowed earlier\n", path, resv);
-		warned = true;
-	}
-	return free_pages - resv;
-}
-
-static int save_pool(size_t pagesize, const char *nr_path)
-{
-	for (int i = 0; i < saved_pool_count; i++)
-		if (saved_pools[i].pagesize == pagesize)
-			return 0;
-	if (saved_pool_count >= MAX_POOLS)
-		return -1;
-	struct saved_pool *s = &saved_pools[saved_pool_count];
-	int n = read_text(nr_path, s->value, sizeof(s->value));
-	if (n <= 0)
-		return -1;
-	s->value_len = (size_t)n;
-	s->pagesize = pagesize;
-	snprintf(s->path, sizeof(s->path), "%s", nr_path);
-	saved_pool_count++; /* only now visible to the signal handler */
-	return 0;
-}
-
-int harness_pool_reserve(size_t pagesize, long pages, bool exact,
-			 char *why, size_t why_len)
-{
-	char nr_path[160];
-
-	if (!harness_is_root()) {
-		snprintf(why, why_len, "not root: cannot resize the %zu kB hugetlb pool",
-			 pagesize / KiB);
-		return HARNESS_POOL_LACKING;
-	}
-	pool_file(pagesize, "nr_hugepages", nr_path, sizeof(nr_path));
-	long nr = read_long(nr_path);
-	long avail = harness_pool_available(pagesize);
-	if (nr < 0 || avail < 0) {
-		snprintf(why, why_len, "kernel has no %zu kB hugetlb pool", pagesize / KiB);
-		return HARNESS_POOL_LACKING;
-	}
-	/* root and the pool exists: from here on, not being able to use it
-	 * is a broken test machine (read-only /sys), not a missing feature */
-	if (save_pool(pagesize, nr_path) != 0) {
-		snprintf(why, why_len, "cannot save %s", nr_path);
-		return HARNESS_POOL_BROKEN;
-	}
-	if (avail != pages && (avail < pages || exact)) {
-		long target = nr + (pages - avail);
-		if (write_long(nr_path, target < 0 ? 0 : target) != 0) {
-			snprintf(why, why_len, "root cannot write %ld to %s: %s", target,
-				 nr_path, strerror(errno));
-			return HARNESS_POOL_BROKEN;
-		}
-	}
-	avail = harness_pool_available(pagesize);
-	if (avail < pages || (exact && avail != pages)) {
-		snprintf(why, why_len,
-			 "kernel gave %ld free %zu kB huge pages, %ld needed "
-			 "(memory too fragmented?)", avail, pagesize / KiB, pages);
-		return HARNESS_POOL_LACKING;
-	}
-	return 0;
-}
-
-const char *harness_pool_cap(size_t pagesize)
-{
-	return pagesize >= GiB ? "hugetlb1g" : "hugetlb";
-}
-
-void harness_pools_restore(void)
-{
-	restore_pools_raw();
-	for (int i = 0; i < saved_pool_count; i++) {
-		long want = strtol(saved_pools[i].value, NULL, 10);
-		long now = read_long(saved_pools[i].path);
-		if (now != want)
-			fprintf(stderr, "harness: %s is %ld, could not restore %ld "
-				"(pages still in use?)\n", saved_pools[i].path, now, want);
-	}
-}
-
 void harness_janitor_start(void)
 {
 	if (harness_stat(HP_STAT_JANITOR_ACTIVE))
@@ -723,7 +550,7 @@ size_t harness_statm_rss(void)
 	char buf[128];
 	unsigned long size, resident;
 
-	if (read_text("/proc/self/statm", buf, sizeof(buf)) <= 0 ||
+	if (harness_read_text("/proc/self/statm", buf, sizeof(buf)) <= 0 ||
 	    sscanf(buf, "%lu %lu", &size, &resident) != 2)
 		return 0;
 	return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
@@ -883,7 +710,7 @@ const char *harness_thp_mode(void)
 	static const char *const modes[] = { "always", "madvise", "never" };
 	char buf[128], want[16];
 
-	if (read_text("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof(buf)) <= 0)
+	if (harness_read_text("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof(buf)) <= 0)
 		return "never";
 	for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
 		snprintf(want, sizeof(want), "[%s]", modes[i]);
@@ -895,7 +722,7 @@ const char *harness_thp_mode(void)
 
 bool harness_uring_usable(char *why, size_t why_len)
 {
-	long disabled = read_long("/proc/sys/kernel/io_uring_disabled");
+	long disabled = harness_read_long("/proc/sys/kernel/io_uring_disabled");
 	struct io_uring_params params;
 
 	if (disabled == 2) {

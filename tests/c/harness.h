@@ -28,6 +28,8 @@
 
 #include "hpalloc.h"
 #include "pattern.h"
+#include "kfile.h"
+#include "pool.h"
 #include "smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -126,22 +128,7 @@ uint64_t harness_stat(int stat);
  * children and threads call it too); whether it got there. */
 bool harness_stat_reaches(int stat, uint64_t value, unsigned ms);
 
-/* ---- hugetlb pools ---------------------------------------------------------- */
-bool harness_is_root(void);
-/* Make at least `pages` pages of `pagesize` free (free - reserved) in the
- * pool, exactly that many if `exact`.  The previous nr_hugepages is
- * restored at exit.  0 on success; HARNESS_POOL_LACKING with the reason in
- * why when the machine cannot (not root, no such pool, the kernel gave
- * fewer pages); HARNESS_POOL_BROKEN when root could not even write
- * nr_hugepages (a read-only /sys): a fault of the test machine, never a
- * skip. */
-#define HARNESS_POOL_LACKING (-1)
-#define HARNESS_POOL_BROKEN (-2)
-int harness_pool_reserve(size_t pagesize, long pages, bool exact,
-			 char *why, size_t why_len);
-/* free_hugepages - resv_hugepages, or -1. */
-long harness_pool_available(size_t pagesize);
-void harness_pools_restore(void);
+/* ---- hugetlb pools: tests/c/pool.h ------------------------------------------ */
 /* Reserve, or skip the current case with the reason (capability hugetlb,
  * hugetlb1g for 1 GiB pages), or fail it when the pool is broken. */
 #define harness_pool_or_skip(pagesize, pages, exact)                          \
@@ -154,8 +141,6 @@ void harness_pools_restore(void);
 		if (rc_ != 0)                                                 \
 			harness_skip_cap(harness_pool_cap(pagesize), "%s", why_); \
 	} while (0)
-/* "hugetlb1g" for 1 GiB pages, else "hugetlb". */
-const char *harness_pool_cap(size_t pagesize);
 
 /* ---- what the kernel says, read independently of lib/smaps.c --------------- */
 /* struct harness_smaps, harness_smaps_range(), harness_smaps_each() and

@@ -35,5 +35,10 @@ int harness_smaps_each(int (*fn)(uintptr_t start, uintptr_t end,
 		       void *arg);
 /* The mappings overlapping [addr, addr+len), summed.  0, or -1. */
 int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out);
+/* Writes the smaps entry of the mapping holding addr, as the kernel wrote
+ * it, to fd: what a program dying of a signal says about where.  Only
+ * open/read/write and a static buffer (no malloc: the crash may be inside
+ * it), so one caller at a time. */
+void harness_smaps_print(uintptr_t addr, int fd);
 
 #endif
