@@ -1,6 +1,7 @@
 /* The C tests' one reader of /proc/self/smaps, independent of the library
- * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la and into
- * the preload tests' programs, which cannot link the harness.
+ * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la, the
+ * preload tests' programs (which cannot link the harness) and the soak
+ * workload.
  *
  * "Huge" means here what it means in tests/python/hp_memory.py and in
  * lib/smaps.c: the bytes of a mapping on huge pages are
