@@ -1,5 +1,5 @@
-"""The Python tests' one hugetlb pool fixture: the sysfs pool files (spelt
-here only), their counters read and written, and pages added to a pool and
+"""The Python tests' one hugetlb pool fixture: the sysfs pool files, whole
+and per node (spelt here only), their counters read and written, and pages added to a pool and
 taken back.  conftest.py's hugetlb_pool, the soak driver (tests/soak/soak.py)
 and the bench scripts (bench/numpy_bench.py, bench/shared_bench.py) use it;
 they find this directory through their own path.
@@ -16,6 +16,7 @@ import os
 import time
 
 POOLS = "/sys/kernel/mm/hugepages"
+NODES = "/sys/devices/system/node"
 COUNTERS = ("nr", "free", "resv", "surplus")
 
 
@@ -26,6 +27,14 @@ def pool_dir(pagesize):
 def pool_file(pagesize, what="nr_hugepages"):
     """The path of one counter of the pool of pagesize (bytes)."""
     return os.path.join(pool_dir(pagesize), what)
+
+
+def node_pool_read(node, pagesize, what):
+    """A counter of node's share of the pool of pagesize."""
+    path = os.path.join(NODES, "node%d" % node, "hugepages",
+                        "hugepages-%dkB" % (pagesize // 1024), what)
+    with open(path) as f:
+        return int(f.read().split()[0])
 
 
 def pool_exists(pagesize):
