@@ -10,14 +10,19 @@
 int harness_read_text(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	ssize_t r = 0;
+
 	if (fd < 0)
 		return -1;
-	ssize_t r = read(fd, buf, len - 1);
+	/* a seq_file (memory.stat) may come in more than one read */
+	while (n < len - 1 && (r = read(fd, buf + n, len - 1 - n)) > 0)
+		n += (size_t)r;
 	close(fd);
 	if (r < 0)
 		return -1;
-	buf[r] = '\0';
-	return (int)r;
+	buf[n] = '\0';
+	return (int)n;
 }
 
 int harness_read_long_at(const char *path, long *value)

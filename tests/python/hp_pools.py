@@ -1,8 +1,9 @@
 """The Python tests' one hugetlb pool fixture: the sysfs pool files, whole
-and per node (spelt here only), their counters read and written, and pages added to a pool and
-taken back.  conftest.py's hugetlb_pool, the soak driver (tests/soak/soak.py)
-and the bench scripts (bench/numpy_bench.py, bench/shared_bench.py) use it;
-they find this directory through their own path.
+and per node (spelt here only), their counters read and written, and pages
+added to a pool and taken back.  conftest.py's hugetlb_pool, the soak driver
+(tests/soak/soak.py) and the bench scripts (bench/numpy_bench.py,
+bench/shared_bench.py) use it; they find this directory through their own
+path.
 
 Changes are relative (add_pages / take_back): a concurrent user of the same
 pool keeps what it reserved.  The soak driver also puts a pool back to the
