@@ -54,13 +54,17 @@ def minor_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+# The tests' one reader of smaps, found through this script's path (the
+# workers are other processes: they import it when they run the function).
+TESTS_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
+
+
 def smaps_huge_total():
-    total = 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if line.startswith(("AnonHugePages:", "Private_Hugetlb:")):
-                total += int(line.split()[1]) * 1024
-    return total
+    """Bytes of the worker on huge pages, THP or hugetlb (hp_memory.huge_of)."""
+    if TESTS_PYTHON not in sys.path:
+        sys.path.append(TESTS_PYTHON)
+    import hp_memory
+    return hp_memory.process_huge_bytes()
 
 
 # ---- the driver ----------------------------------------------------------------

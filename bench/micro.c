@@ -27,6 +27,7 @@
  * Exit status 0 unless something failed to run; a MISS is a result.
  */
 #include "hpalloc.h"
+#include "../tests/c/pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,14 +56,10 @@
 #define TARGET_FAULT_RATIO 256.0
 #define TARGET_FREE_US 50.0
 
-#define POOL_PATH "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
-#define POOL_FREE "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
 /* 1 GiB blocks plus headroom for the one being released while the next is
  * mapped */
 #define POOL_PAGES 1100
 
-static char pool_saved[32];
-static volatile sig_atomic_t pool_saved_len;
 
 /* ---- small utilities ------------------------------------------------------- */
 static double now_ns(void)
@@ -117,69 +114,24 @@ static const char *verdict(bool ok)
 	return ok ? "PASS" : "MISS";
 }
 
-/* ---- hugetlb pool, restored at exit and on signals --------------------------- */
-static void restore_pool(void)
-{
-	if (!pool_saved_len)
-		return;
-	int fd = open(POOL_PATH, O_WRONLY);
-	if (fd >= 0) {
-		if (write(fd, pool_saved, (size_t)pool_saved_len) < 0) {
-			/* the run-test wrapper restores pools as well */
-		}
-		close(fd);
-	}
-}
-
+/* ---- hugetlb pool: tests/c/pool.h, restored at exit and on signals --------- */
 static void on_signal(int sig)
 {
-	restore_pool();
+	harness_pools_restore_raw();
 	signal(sig, SIG_DFL);
 	raise(sig);
-}
-
-static long read_long(const char *path)
-{
-	char buf[32] = "";
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = '\0';
-	fclose(f);
-	return buf[0] ? strtol(buf, NULL, 10) : -1;
 }
 
 /* Returns false with the reason printed when no pool could be had. */
 static bool reserve_pool(void)
 {
-	if (geteuid() != 0) {
-		printf("hugetlb run skipped: not root, cannot reserve a 2 MiB pool\n");
-		return false;
-	}
-	FILE *f = fopen(POOL_PATH, "r");
-	if (!f || !fgets(pool_saved, sizeof(pool_saved), f)) {
-		printf("hugetlb run skipped: cannot read %s\n", POOL_PATH);
-		if (f)
-			fclose(f);
-		return false;
-	}
-	fclose(f);
-	long nr = strtol(pool_saved, NULL, 10), free_pages = read_long(POOL_FREE);
-	pool_saved_len = (sig_atomic_t)strlen(pool_saved);
-	atexit(restore_pool);
+	char why[256];
+
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	f = fopen(POOL_PATH, "w");
-	if (f) {
-		fprintf(f, "%ld\n", nr + POOL_PAGES - (free_pages > 0 ? free_pages : 0));
-		fclose(f);
-	}
-	free_pages = read_long(POOL_FREE);
-	if (free_pages < POOL_PAGES) {
-		printf("hugetlb run skipped: the kernel gave %ld free 2 MiB pages, %d needed\n",
-		       free_pages, POOL_PAGES);
-		restore_pool();
+	if (harness_pool_reserve(2 * MiB, POOL_PAGES, false, why, sizeof(why)) != 0) {
+		printf("hugetlb run skipped: %s\n", why);
+		harness_pools_restore();
 		return false;
 	}
 	return true;
@@ -428,7 +380,7 @@ int main(int argc, char **argv)
 		knob("pagesize", "2M");
 		knob("fallback", "fail");
 		run("mode=hugetlb pagesize=2M");
-		restore_pool();
+		harness_pools_restore();
 	}
 	return 0;
 }

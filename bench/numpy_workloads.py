@@ -25,6 +25,10 @@ import time
 
 import numpy as np
 
+# The tests' one reader of smaps, found through this script's path.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import hp_memory  # noqa: E402
+
 MiB = 1 << 20
 GiB = 1 << 30
 F64 = 8
@@ -245,23 +249,10 @@ def mapping_backing(a):
     whoever's allocator it is.  A mapping that also holds other memory (a
     peer's arena) counts whole.  hugetlb pages are not in Rss: smaps counts
     them as Private_Hugetlb and Shared_Hugetlb."""
-    lo = a.ctypes.data
-    hi = lo + a.nbytes
-    rss = huge = hugetlb = 0
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(None, 1)[0]
-            if "-" in head and not head.endswith(":"):
-                start, end = (int(x, 16) for x in head.split("-"))
-                inside = start < hi and end > lo
-            elif inside and head == "Rss:":
-                rss += int(line.split()[1]) * 1024
-            elif inside and head == "AnonHugePages:":
-                huge += int(line.split()[1]) * 1024
-            elif inside and head in ("Private_Hugetlb:", "Shared_Hugetlb:"):
-                hugetlb += int(line.split()[1]) * 1024
-    return rss, huge, hugetlb
+    entries = hp_memory.overlapping(a.ctypes.data, a.nbytes)
+    return (sum(e.get("Rss", 0) for e in entries),
+            sum(e.get("AnonHugePages", 0) for e in entries),
+            sum(hp_memory.hugetlb_of(e) for e in entries))
 
 
 def mapping_rss(a):

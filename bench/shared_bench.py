@@ -24,7 +24,9 @@ import sys
 import threading
 import time
 
-POOL_NR = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
+POOL_PAGESIZE = 2 << 20
 
 
 def meminfo():
@@ -109,10 +111,9 @@ def main():
         one_run(args.one, size)
         return
     pool_before = None
-    if os.geteuid() == 0 and os.path.exists(POOL_NR):
-        pool_before = int(open(POOL_NR).read())
-        with open(POOL_NR, "w") as f:
-            f.write(str(pool_before + size // (2 << 20)))
+    if os.geteuid() == 0 and hp_pools.pool_exists(POOL_PAGESIZE):
+        pool_before = hp_pools.pool_read(POOL_PAGESIZE, "nr_hugepages")
+        hp_pools.pool_write_nr(POOL_PAGESIZE, pool_before + size // POOL_PAGESIZE)
     try:
         kinds = ["pickle", "shm", "hpalloc"]
         results = {k: [] for k in kinds}
@@ -125,8 +126,7 @@ def main():
                     results[k].append(json.loads(out.stdout))
     finally:
         if pool_before is not None:
-            with open(POOL_NR, "w") as f:
-                f.write(str(pool_before))
+            hp_pools.pool_write_nr(POOL_PAGESIZE, pool_before)
     base = statistics.median(x["seconds"] for x in results["pickle"])
     print("| %d MiB to 2 workers, summed | time (median) | vs pickle | peak memory (median) | backing |"
           % args.size_mib)

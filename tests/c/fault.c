@@ -302,22 +302,3 @@ int fault_seccomp_no_io_uring(void)
 	return fault_seccomp_refuse(__NR_io_uring_setup, EPERM);
 }
 
-long fault_sysctl_read(const char *path)
-{
-	long v;
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	int ok = fscanf(f, "%ld", &v) == 1;
-	fclose(f);
-	return ok ? v : -1;
-}
-
-int fault_sysctl_write(const char *path, long value)
-{
-	FILE *f = fopen(path, "we");
-	if (!f)
-		return -1;
-	int ok = fprintf(f, "%ld\n", value) > 0;
-	return fclose(f) == 0 && ok ? 0 : -1;
-}

@@ -60,8 +60,7 @@ int fault_seccomp_no_io_uring(void);
 /* Same for any system call number (returning err). */
 int fault_seccomp_refuse(long nr, int err);
 
-/* Read / write a one-number sysctl file; -1 on error. */
-long fault_sysctl_read(const char *path);
-int fault_sysctl_write(const char *path, long value);
+/* A one-number sysctl file: harness_read_long / harness_write_long
+ * (tests/c/kfile.h). */
 
 #endif

@@ -28,6 +28,8 @@
 
 #include "hpalloc.h"
 #include "pattern.h"
+#include "kfile.h"
+#include "pool.h"
 #include "smaps.h"
 
 #define KiB ((size_t)1 << 10)
@@ -36,7 +38,7 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define HARNESS_EXIT_SKIP 77
 
-/* ---- running ------------------------------------------------------------ */
+/* ---- running: harness.c -------------------------------------------------- */
 void harness_init(int argc, char **argv);
 /* Runs the group; returns the process exit status (0, 1 or 77). */
 int harness_run(const char *group, const struct CMUnitTest *tests, size_t count);
@@ -111,7 +113,7 @@ void harness_child_passes(const char *name);
  * renamed over the old), so the library may read it meanwhile. */
 void harness_stage_file(const char *root, const char *rel, const char *text);
 
-/* ---- knobs ---------------------------------------------------------------- */
+/* ---- knobs and counters: harness_lib.c ------------------------------------ */
 /* hp_knob_set that fails the test when the library refuses the value. */
 void harness_knob(const char *name, const char *value);
 /* THP blocks from 1 MiB up (skip unless THP is enabled), cached up to
@@ -126,22 +128,7 @@ uint64_t harness_stat(int stat);
  * children and threads call it too); whether it got there. */
 bool harness_stat_reaches(int stat, uint64_t value, unsigned ms);
 
-/* ---- hugetlb pools ---------------------------------------------------------- */
-bool harness_is_root(void);
-/* Make at least `pages` pages of `pagesize` free (free - reserved) in the
- * pool, exactly that many if `exact`.  The previous nr_hugepages is
- * restored at exit.  0 on success; HARNESS_POOL_LACKING with the reason in
- * why when the machine cannot (not root, no such pool, the kernel gave
- * fewer pages); HARNESS_POOL_BROKEN when root could not even write
- * nr_hugepages (a read-only /sys): a fault of the test machine, never a
- * skip. */
-#define HARNESS_POOL_LACKING (-1)
-#define HARNESS_POOL_BROKEN (-2)
-int harness_pool_reserve(size_t pagesize, long pages, bool exact,
-			 char *why, size_t why_len);
-/* free_hugepages - resv_hugepages, or -1. */
-long harness_pool_available(size_t pagesize);
-void harness_pools_restore(void);
+/* ---- hugetlb pools: tests/c/pool.h ------------------------------------------ */
 /* Reserve, or skip the current case with the reason (capability hugetlb,
  * hugetlb1g for 1 GiB pages), or fail it when the pool is broken. */
 #define harness_pool_or_skip(pagesize, pages, exact)                          \
@@ -154,10 +141,8 @@ void harness_pools_restore(void);
 		if (rc_ != 0)                                                 \
 			harness_skip_cap(harness_pool_cap(pagesize), "%s", why_); \
 	} while (0)
-/* "hugetlb1g" for 1 GiB pages, else "hugetlb". */
-const char *harness_pool_cap(size_t pagesize);
 
-/* ---- what the kernel says, read independently of lib/smaps.c --------------- */
+/* ---- what the kernel says, read independently of lib/smaps.c: kernel_view.c */
 /* struct harness_smaps, harness_smaps_range(), harness_smaps_each() and
  * what "huge" means: tests/c/smaps.h. */
 /* Fails the test unless hp_kernel_backing() agrees with the harness's own
@@ -214,7 +199,7 @@ bool harness_uring_usable(char *why, size_t why_len);
 void harness_need_uring(void);
 void harness_need_thp(void);
 
-/* ---- interposing ---------------------------------------------------------------- */
+/* ---- interposing: open_next.c ------------------------------------------------- */
 /* A test that interposes open(2) (the executable comes first in symbol
  * lookup) passes the call on with this: the mode argument when flags take
  * one, then the next open() in lookup order (tests/c/open_next.c: link
@@ -231,16 +216,8 @@ int harness_open_next(const char *path, int flags, va_list ap);
 	} while (0)
 
 /* ---- contents ------------------------------------------------------------------ */
-/* harness_fill, harness_check, harness_first_nonzero: tests/c/pattern.h. */
-/* A program filling [p, p + n) from its start, as a loop computing what it
- * writes: 2 MiB at a time (each piece harness_fill()ed with seed plus its
- * offset), pause_ms after each.  harness_check_filled() checks such a fill
- * back: the first bad offset, or SIZE_MAX. */
-void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms);
-size_t harness_check_filled(const void *p, size_t n, uint64_t seed);
-/* Write one byte in every 4 KiB page. */
-void harness_touch(void *p, size_t n);
-
+/* harness_fill, harness_check, harness_first_nonzero, harness_fill_slowly,
+ * harness_check_filled, harness_touch: tests/c/pattern.h. */
 /* Fail naming the first wrong byte ("wrong from byte 2097152 of 4194304"):
  * where a copy stopped tells which copy it was. */
 #define assert_filled(p, n, seed)                                             \

@@ -20,17 +20,6 @@ struct tmemcg tmemcg;
 static bool inside;       /* this process was moved in */
 static bool exit_handler; /* tmemcg_remove registered with atexit */
 
-static bool read_text(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, len - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return true;
-}
-
 static bool write_text(const char *dir, const char *file, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static bool write_text(const char *dir, const char *file, const char *fmt, ...)
@@ -51,7 +40,7 @@ static size_t read_num(const char *file)
 {
 	char path[700], buf[64];
 	snprintf(path, sizeof(path), "%s/%s", tmemcg.dir, file);
-	if (!read_text(path, buf, sizeof(buf)))
+	if (harness_read_text(path, buf, sizeof(buf)) < 0)
 		fail_msg("cannot read %s", path);
 	return (size_t)strtoull(buf, NULL, 10);
 }
@@ -61,7 +50,7 @@ size_t tmemcg_key(const char *file, const char *key)
 	char path[700], buf[8192];
 	size_t klen = strlen(key);
 	snprintf(path, sizeof(path), "%s/%s", tmemcg.dir, file);
-	if (!read_text(path, buf, sizeof(buf)))
+	if (harness_read_text(path, buf, sizeof(buf)) < 0)
 		fail_msg("cannot read %s", path);
 	for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
 		if (strncmp(line, key, klen) == 0 && line[klen] == ' ')
@@ -79,7 +68,7 @@ size_t tmemcg_peak(void)
 	char path[700], buf[64];
 	snprintf(path, sizeof(path), "%s/%s", tmemcg.dir,
 		 tmemcg.version == 1 ? "memory.max_usage_in_bytes" : "memory.peak");
-	return read_text(path, buf, sizeof(buf)) ? (size_t)strtoull(buf, NULL, 10) : 0;
+	return harness_read_text(path, buf, sizeof(buf)) >= 0 ? (size_t)strtoull(buf, NULL, 10) : 0;
 }
 
 bool tmemcg_reset_peak(void)
@@ -137,7 +126,7 @@ static bool find_parent(char *why, size_t len)
 		return false;
 	}
 	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", tmemcg.parent);
-	if (!read_text(path, buf, sizeof(buf)) || !strstr(buf, "memory")) {
+	if (harness_read_text(path, buf, sizeof(buf)) < 0 || !strstr(buf, "memory")) {
 		snprintf(why, len, "cgroup v2 at %s: the memory controller is not in cgroup.subtree_control",
 			 tmemcg.parent);
 		return false;
@@ -189,7 +178,7 @@ static void kill_inside(void)
 {
 	char path[700], buf[4096];
 	snprintf(path, sizeof(path), "%s/cgroup.procs", tmemcg.dir);
-	if (!read_text(path, buf, sizeof(buf)))
+	if (harness_read_text(path, buf, sizeof(buf)) < 0)
 		return;
 	for (char *s = buf, *end; *s; s = end) {
 		long pid = strtol(s, &end, 10);

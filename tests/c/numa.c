@@ -376,7 +376,7 @@ static void node_pool_or_skip(int node, long pages)
 	char why[256];
 	if (!harness_is_root())
 		harness_skip("not root: cannot size node %d's hugetlb pool", node);
-	if (nu_node_pool_set(node, 2 * MiB, pages, why, sizeof(why)) != 0)
+	if (harness_node_pool_set(node, 2 * MiB, pages, why, sizeof(why)) != 0)
 		harness_skip("%s", why);
 }
 
@@ -388,8 +388,8 @@ static void node_pool_or_skip(int node, long pages)
 static bool pool_as_left(int node, long free_pages, long resv)
 {
 	for (int i = 0; i < 40; i++) {
-		if (nu_node_pool(node, 2 * MiB, "free_hugepages") == free_pages &&
-		    nu_pool_reserved(2 * MiB) == resv)
+		if (harness_node_pool(node, 2 * MiB, "free_hugepages") == free_pages &&
+		    harness_pool_counter(2 * MiB, "resv_hugepages") == resv)
 			return true;
 		harness_sleep_ms(50);
 	}
@@ -424,7 +424,7 @@ static void test_hugetlb_bind_takes_node_pages(void **state)
 	void *p = hp_malloc(BLOCK);
 	assert_non_null(p);
 	/* faulted in at allocation, from this node, before anyone touched it */
-	assert_int_equal(nu_node_pool(node, 2 * MiB, "free_hugepages"), free_before - 32);
+	assert_int_equal(harness_node_pool(node, 2 * MiB, "free_hugepages"), free_before - 32);
 	struct nu_entry e;
 	assert_int_equal(nu_entry_at(p, &e), 0);
 	assert_string_equal(e.policy, bind);
@@ -434,7 +434,7 @@ static void test_hugetlb_bind_takes_node_pages(void **state)
 	assert_backing_agrees(p, &e, bind);
 	hp_free(p);
 	hp_release_drain();
-	assert_int_equal(nu_node_pool(node, 2 * MiB, "free_hugepages"), free_before);
+	assert_int_equal(harness_node_pool(node, 2 * MiB, "free_hugepages"), free_before);
 
 	/* a context forcing 2 MiB pages and a policy: both hold */
 	void *ctx = hp_ctx_numa(hp_ctx_pagesize(2 * MiB), bind);
@@ -478,7 +478,7 @@ static void test_auto_counts_node_pool(void **state)
 	hp_release_drain();
 	/* one page fewer on the node: not planned there, THP instead */
 	char why[256];
-	if (nu_node_pool_set(node, 2 * MiB, 71, why, sizeof(why)) != 0)
+	if (harness_node_pool_set(node, 2 * MiB, 71, why, sizeof(why)) != 0)
 		fail_msg("%s", why);
 	pool_as_left_or_skip(node, 71, 8, munmap(other, 16 * MiB));
 	p = hp_malloc(BLOCK);
@@ -510,7 +510,5 @@ int main(int argc, char **argv)
 		HTEST(test_hugetlb_bind_takes_node_pages),
 		HTEST(test_auto_counts_node_pool),
 	};
-	int rc = harness_run("numa", tests, ARRAY_SIZE(tests));
-	nu_node_pools_restore();
-	return rc;
+	return harness_run("numa", tests, ARRAY_SIZE(tests)); /* pools restored by it */
 }

@@ -1,6 +1,6 @@
 /* Helpers of the NUMA tests (tests/c/numa*.c): what the kernel says about
  * placement, read here independently of lib/numa_maps.c; the nodes of this
- * machine from sysfs (not libnuma, which the library uses); per-node pools;
+ * machine from sysfs (not libnuma, which the library uses);
  * seccomp filters that make mbind or the fault-in fail. */
 #ifndef HP_TESTS_NUMA_UTIL_H
 #define HP_TESTS_NUMA_UTIL_H
@@ -30,15 +30,8 @@ bool numa_unavailable(void);
 /* Nodes with memory (/sys/devices/system/node/has_memory). */
 int nu_nodes(int *nodes, int max);
 
-/* resv_hugepages of the whole pool of pagesize (reservations are not per
- * node), -1 if none. */
-long nu_pool_reserved(size_t pagesize);
-/* Node's pool counter of pagesize (nr_hugepages, free_hugepages ...), -1 if none. */
-long nu_node_pool(int node, size_t pagesize, const char *file);
-/* Set node's pool to pages (saved first; restored at exit and by
- * nu_node_pools_restore()).  0, or -1 with why. */
-int nu_node_pool_set(int node, size_t pagesize, long pages, char *why, size_t len);
-void nu_node_pools_restore(void);
+/* Per-node pools: harness_node_pool(), harness_node_pool_set(),
+ * tests/c/pool.h. */
 
 /* Install a seccomp filter (this thread and its children; call in a child
  * process) returning -err for mbind, or for madvise(MADV_POPULATE_WRITE),

@@ -1,7 +1,9 @@
 /* See pattern.h. */
 #include "pattern.h"
 
+#include <errno.h>
 #include <string.h>
+#include <time.h>
 
 static inline uint64_t pattern_word(uint64_t seed, size_t index)
 {
@@ -63,4 +65,45 @@ size_t harness_first_nonzero(const void *p, size_t n)
 		if (b[off])
 			return off;
 	return SIZE_MAX;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+#define FILL_PIECE ((size_t)2 << 20)
+
+void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		harness_fill((char *)p + off, len, seed + off);
+		if (pause_ms)
+			sleep_ms(pause_ms);
+	}
+}
+
+size_t harness_check_filled(const void *p, size_t n, uint64_t seed)
+{
+	for (size_t off = 0; off < n; off += FILL_PIECE) {
+		size_t len = n - off < FILL_PIECE ? n - off : FILL_PIECE;
+		size_t bad = harness_check((const char *)p + off, len, seed + off);
+		if (bad != SIZE_MAX)
+			return off + bad;
+	}
+	return SIZE_MAX;
+}
+
+void harness_touch(void *p, size_t n)
+{
+	volatile unsigned char *b = p;
+
+	for (size_t off = 0; off < n; off += 4096)
+		b[off] = 1;
+	if (n)
+		b[n - 1] = 1;
 }

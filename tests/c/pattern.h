@@ -16,4 +16,13 @@ size_t harness_check(const void *p, size_t n, uint64_t seed);
 /* Index of the first non-zero byte, or SIZE_MAX. */
 size_t harness_first_nonzero(const void *p, size_t n);
 
+/* A program filling [p, p + n) from its start, as a loop computing what it
+ * writes: 2 MiB at a time (each piece harness_fill()ed with seed plus its
+ * offset), pause_ms after each.  harness_check_filled() checks such a fill
+ * back: the first bad offset, or SIZE_MAX. */
+void harness_fill_slowly(void *p, size_t n, uint64_t seed, unsigned pause_ms);
+size_t harness_check_filled(const void *p, size_t n, uint64_t seed);
+/* Write one byte in every 4 KiB page. */
+void harness_touch(void *p, size_t n);
+
 #endif

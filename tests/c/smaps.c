@@ -2,9 +2,11 @@
 #include "smaps.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool is_header(const char *line)
 {
@@ -104,4 +106,64 @@ int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out)
 
 	memset(out, 0, sizeof(*out));
 	return harness_smaps_each(add_overlapping, &r);
+}
+
+/* An entry's header line, and its range. */
+static bool header_range(const char *line, uintptr_t *lo, uintptr_t *hi)
+{
+	unsigned long a, b;
+
+	if (!is_header(line) || sscanf(line, "%lx-%lx ", &a, &b) != 2)
+		return false;
+	*lo = a;
+	*hi = b;
+	return true;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+void harness_smaps_print(uintptr_t addr, int fd)
+{
+	static char buf[1 << 20];
+	static const char intro[] = "  its mapping (smaps):\n";
+	int in = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	ssize_t k;
+
+	if (in < 0)
+		return;
+	while (n < sizeof(buf) - 1 && (k = read(in, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)k;
+	close(in);
+	buf[n] = '\0';
+	const char *entry = NULL;
+	for (char *line = buf; *line;) {
+		char *next = strchr(line, '\n');
+		uintptr_t lo, hi;
+		if (header_range(line, &lo, &hi)) {
+			if (entry) {
+				write_all(fd, intro, sizeof(intro) - 1);
+				write_all(fd, entry, (size_t)(line - entry));
+				return;
+			}
+			if (addr >= lo && addr < hi)
+				entry = line;
+		}
+		if (!next)
+			break;
+		line = next + 1;
+	}
+	if (entry) {
+		write_all(fd, intro, sizeof(intro) - 1);
+		write_all(fd, entry, strlen(entry));
+	}
 }

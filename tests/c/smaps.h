@@ -1,6 +1,7 @@
 /* The C tests' one reader of /proc/self/smaps, independent of the library
- * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la and into
- * the preload tests' programs, which cannot link the harness.
+ * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la, the
+ * preload tests' programs (which cannot link the harness) and the soak
+ * workload.
  *
  * "Huge" means here what it means in tests/python/hp_memory.py and in
  * lib/smaps.c: the bytes of a mapping on huge pages are
@@ -35,5 +36,10 @@ int harness_smaps_each(int (*fn)(uintptr_t start, uintptr_t end,
 		       void *arg);
 /* The mappings overlapping [addr, addr+len), summed.  0, or -1. */
 int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out);
+/* Writes the smaps entry of the mapping holding addr, as the kernel wrote
+ * it, to fd: what a program dying of a signal says about where.  Only
+ * open/read/write and a static buffer (no malloc: the crash may be inside
+ * it), so one caller at a time. */
+void harness_smaps_print(uintptr_t addr, int fd);
 
 #endif

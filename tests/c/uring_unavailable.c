@@ -105,17 +105,17 @@ static void test_seccomp_refuses_io_uring_setup(void **state)
 static void test_sysctl_io_uring_disabled(void **state)
 {
 	(void)state;
-	long before = fault_sysctl_read(SYSCTL);
+	long before = harness_read_long(SYSCTL);
 	if (before < 0)
 		harness_skip("%s not present: this kernel cannot disable io_uring", SYSCTL);
 	if (!harness_is_root())
 		harness_skip("writing %s needs root", SYSCTL);
-	if (fault_sysctl_write(SYSCTL, 2) != 0)
+	if (harness_write_long(SYSCTL, 2) != 0)
 		fail_msg("cannot write %s as root", SYSCTL);
 	char err[4096];
 	int rc = harness_run_child("plain", (const char *const[]){NULL}, err, sizeof(err));
-	fault_sysctl_write(SYSCTL, before);
-	assert_int_equal(fault_sysctl_read(SYSCTL), before);
+	harness_write_long(SYSCTL, before);
+	assert_int_equal(harness_read_long(SYSCTL), before);
 	if (rc != 0)
 		fail_msg("child exited %d:\n%s", rc, err);
 }

@@ -3,6 +3,7 @@
 
 #include "hpalloc.h" /* types only: the functions are looked up at run time */
 #include "../c/caps.h"
+#include "../c/pool.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -289,59 +290,8 @@ bool all_zero(const void *p, size_t n)
 
 /* ---- hugetlb pool ------------------------------------------------------------------ */
 
-#define POOL_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
-static long pool_saved = -1;
-
-static long read_long(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	long v = -1;
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-static int write_long(const char *path, long v)
-{
-	FILE *f = fopen(path, "we");
-	if (!f)
-		return -1;
-	int rc = fprintf(f, "%ld\n", v) > 0 ? 0 : -1;
-	return fclose(f) == 0 ? rc : -1;
-}
-
-static void pool_restore(void)
-{
-	if (pool_saved >= 0)
-		write_long(POOL_DIR "nr_hugepages", pool_saved);
-}
-
+/* tests/c/pool.c's fixture: a pool it cannot write is no pool here. */
 bool pool_reserve_2m(long pages, char *why, size_t len)
 {
-	long nr = read_long(POOL_DIR "nr_hugepages");
-	long avail = read_long(POOL_DIR "free_hugepages") - read_long(POOL_DIR "resv_hugepages");
-
-	if (geteuid() != 0) {
-		snprintf(why, len, "not root: cannot size the hugetlb pool");
-		return false;
-	}
-	if (nr < 0) {
-		snprintf(why, len, "no 2 MiB hugetlb pool on this machine");
-		return false;
-	}
-	if (avail >= pages)
-		return true;
-	if (pool_saved < 0) {
-		pool_saved = nr;
-		atexit(pool_restore);
-	}
-	if (write_long(POOL_DIR "nr_hugepages", nr + pages - avail) < 0 ||
-	    read_long(POOL_DIR "free_hugepages") - read_long(POOL_DIR "resv_hugepages") < pages) {
-		snprintf(why, len, "the kernel did not give %ld free 2 MiB pages", pages);
-		return false;
-	}
-	return true;
+	return harness_pool_reserve(2 * MiB, pages, false, why, len) == 0;
 }

@@ -86,7 +86,8 @@ bool check(const void *p, size_t n, uint64_t seed);
 bool all_zero(const void *p, size_t n);
 
 /* hugetlb pool of 2 MiB pages: make `pages` free pages available (root),
- * restored at exit.  false (and why) if that is impossible here. */
+ * restored at exit (tests/c/pool.h).  false (and why) if that is
+ * impossible here. */
 bool pool_reserve_2m(long pages, char *why, size_t len);
 
 #endif

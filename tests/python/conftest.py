@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from hp_pytest_automake import skip as skip_lacking
+from hp_pools import add_pages, pool_exists, pool_read, take_back
 
 INPLACE = os.environ.get("HPALLOC_TEST_PYTHON_INPLACE")
 # make check-venv: the package pip installed into this venv (built against
@@ -70,7 +71,6 @@ def pytest_report_header(config):
 
 GiB = 1 << 30
 MiB = 1 << 20
-HUGEPAGES = "/sys/kernel/mm/hugepages"
 
 
 @pytest.fixture(autouse=True)
@@ -95,21 +95,7 @@ def knobs():
     hpalloc.reset()
 
 
-# ---- hugetlb pools --------------------------------------------------------
-
-def pool_dir(pagesize):
-    return os.path.join(HUGEPAGES, "hugepages-%dkB" % (pagesize // 1024))
-
-
-def pool_read(pagesize, what):
-    with open(os.path.join(pool_dir(pagesize), what)) as f:
-        return int(f.read())
-
-
-def pool_write_nr(pagesize, count):
-    with open(os.path.join(pool_dir(pagesize), "nr_hugepages"), "w") as f:
-        f.write("%d\n" % count)
-
+# ---- hugetlb pools: hp_pools.py (the one pool fixture) ----------------------
 
 class PoolReservation:
     """Adds pages to a hugetlb pool and takes exactly those back.
@@ -128,7 +114,7 @@ class PoolReservation:
         cap = "hugetlb1g" if pagesize >= GiB else "hugetlb"
         if os.geteuid() != 0:
             skip_lacking(cap, "reserving a hugetlb pool needs root (CI runs as root)")
-        if not os.path.isdir(pool_dir(pagesize)):
+        if not pool_exists(pagesize):
             skip_lacking(cap, "kernel offers no %d kB huge pages" % (pagesize // 1024))
         if exact:
             hpalloc.cache_flush()  # a cached hugetlb block would serve without the pool
@@ -139,8 +125,7 @@ class PoolReservation:
             skip_lacking(cap, "cannot shrink the %d kB pool" % (pagesize // 1024))
         # root failing to write nr_hugepages (read-only /sys) raises: an
         # error of the test machine, not a skip
-        pool_write_nr(pagesize, before + count)
-        got = pool_read(pagesize, "nr_hugepages") - before
+        got = add_pages(pagesize, count)
         self.added[pagesize] = self.added.get(pagesize, 0) + got
         if got != count:
             skip_lacking(cap, "kernel gave %d of %d %d kB huge pages (memory too "
@@ -151,8 +136,7 @@ class PoolReservation:
         hpalloc.cache_flush()  # cached blocks still hold pool pages
         for pagesize, count in self.added.items():
             if count:
-                now = pool_read(pagesize, "nr_hugepages")
-                pool_write_nr(pagesize, max(now - count, 0))
+                take_back(pagesize, count)
         self.added.clear()
 
 

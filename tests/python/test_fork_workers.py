@@ -22,7 +22,8 @@ import pytest
 
 import hpalloc
 import hpalloc.numpy as hn
-from conftest import MiB, pool_read
+from conftest import MiB
+from hp_pools import pool_read
 
 N = 8 * MiB // 8  # float64: 4 pages of 2 MiB
 

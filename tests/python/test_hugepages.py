@@ -2,15 +2,14 @@
 1G hugetlb arrays (pools reserved by the fixture, root only), THP arrays, and
 MemoryError when the pool is empty and fallback=fail."""
 
-import os
-
 import numpy as np
 import pytest
 
 import hpalloc
 import hpalloc.numpy as hpnp
-from conftest import GiB, MiB, data_address, pool_dir, pool_read
+from conftest import GiB, MiB, data_address
 from hp_memory import hugetlb_of, smaps_entry
+from hp_pools import pool_exists, pool_read
 from hp_pytest_automake import skip as skip_lacking
 
 
@@ -87,7 +86,7 @@ def more_than_the_pool_has(pagesize):
 
 
 def test_memory_error_not_a_crash_when_pool_is_short_and_fallback_fails(knobs):
-    if not os.path.isdir(pool_dir(GiB)):
+    if not pool_exists(GiB):
         skip_lacking("hugetlb1g", "kernel offers no 1 GiB pages")
     knobs(fallback="fail")
     failures = hpalloc.stats()["failures"]

@@ -16,6 +16,7 @@ import hpalloc
 import hpalloc.numpy as hn
 from conftest import MiB, data_address
 from hp_memory import numa_maps_entry
+from hp_pools import node_pool_read
 
 BLOCK = 64 * MiB
 
@@ -159,13 +160,9 @@ def test_cache_never_crosses(knobs):
 
 def test_hugetlb_bind(hugetlb_pool):
     hugetlb_pool(2 * MiB, 40)
-    path = ("/sys/devices/system/node/node%d/hugepages/hugepages-2048kB/"
-            "free_hugepages" % FIRST)
-    with open(path) as f:
-        free_before = int(f.read())
+    free_before = node_pool_read(FIRST, 2 * MiB, "free_hugepages")
     a = hn.empty((BLOCK // 8,), pagesize="2M", numa="bind:%d" % FIRST)
-    with open(path) as f:
-        assert int(f.read()) == free_before - 32  # faulted in on the node
+    assert node_pool_read(FIRST, 2 * MiB, "free_hugepages") == free_before - 32  # faulted in on the node
     word, pages, huge = numa_maps_entry(data_address(a))
     assert (word, pages, huge) == ("bind:%d" % FIRST, {FIRST: 32}, True)
     info = hn.backing(a)

@@ -13,7 +13,8 @@ import pytest
 
 import hpalloc
 import hpalloc.numpy as hn
-from conftest import MiB, data_address, hugetlb_pool, pool_read  # noqa: F401
+from conftest import MiB, data_address, hugetlb_pool  # noqa: F401
+from hp_pools import pool_read
 from hp_memory import hugetlb_of, smaps_entry
 from hp_pytest_automake import need
 

@@ -62,6 +62,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import hp_memcg  # noqa: E402  (the one maker of memory cgroups)
 import hp_memory  # noqa: E402  (the tests' one reader of smaps)
+import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TICK = 0.25             # the janitor's tick (lib/janitor.c TICK_MS)
@@ -100,54 +101,23 @@ class Abort(Exception):
 
 
 # ---- machine state ----------------------------------------------------------------
-def pool_path(size_kb):
-    return "/sys/kernel/mm/hugepages/hugepages-%dkB/nr_hugepages" % size_kb
-
-
-def read_int(path, default=None):
-    try:
-        with open(path) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return default
-
-
-def pool_state():
-    out = []
-    for d in sorted(os.listdir("/sys/kernel/mm/hugepages")):
-        f = {n: read_int("/sys/kernel/mm/hugepages/%s/%s_hugepages" % (d, n))
-             for n in ("nr", "free", "resv", "surplus")}
-        out.append("%s nr %s free %s resv %s surplus %s" % (d.split("-")[1], f["nr"], f["free"], f["resv"],
-                                                              f["surplus"]))
-    return "; ".join(out)
-
-
-def write_str(path, value):
-    with open(path, "w") as f:
-        f.write(str(value))
-
-
 class Machine:
     """What the run changes, and how to put it back."""
 
     def __init__(self):
-        self.pools = {}         # path -> original nr_hugepages
+        self.pools = {}         # pagesize -> original nr_hugepages
         self.cgroup = None      # hp_memcg.MemCgroup
         self.control = None     # private control directory
         self.scratch = None
 
-    # hugetlb pools: `extra` more pages than now; returns how many were had
+    # hugetlb pools (hp_pools): `extra` more pages than now; returns how many were had
     def reserve(self, size_kb, extra):
-        path = pool_path(size_kb)
-        before = read_int(path)
-        if before is None:
+        pagesize = size_kb * KiB
+        before = hp_pools.pool_read(pagesize, "nr_hugepages", -1)
+        if before < 0:
             return 0
-        self.pools.setdefault(path, before)  # the value before the run, on a second call too
-        try:
-            write_str(path, before + extra)
-        except OSError:
-            pass
-        return max(0, (read_int(path) or before) - before)
+        self.pools.setdefault(pagesize, before)  # the value before the run, on a second call too
+        return max(0, hp_pools.add_pages(pagesize, extra, refused_ok=True))
 
     def make_cgroup(self, limit):
         try:
@@ -166,17 +136,10 @@ class Machine:
             except OSError as e:
                 say("could not remove cgroup %s: %s" % (self.cgroup.path, e))
                 ok = False
-        for path, value in self.pools.items():
-            for _ in range(50):  # pages a dying process held come back shortly
-                try:
-                    write_str(path, value)
-                except OSError:
-                    pass
-                if read_int(path) == value:
-                    break
-                time.sleep(0.1)
-            else:
-                say("could not restore %s to %d (it is %s)" % (path, value, read_int(path)))
+        for pagesize, value in self.pools.items():
+            if not hp_pools.restore_nr(pagesize, value):  # tries for 5 s
+                say("could not restore %s to %d (it is %s)" % (
+                    hp_pools.pool_file(pagesize), value, hp_pools.pool_read(pagesize, "nr_hugepages", "?")))
                 ok = False
         for d in (self.control, self.scratch):
             if d:
@@ -529,7 +492,7 @@ class Soak:
                         "huge mappings %s" % (len(blocks), s["mapped_bytes"], [v for v in vmas if v.huge()][:12]))
 
     def machine_checks(self):
-        resv = read_int("/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages", 0)
+        resv = hp_pools.pool_read(2 * MiB, "resv_hugepages", 0)
         if resv >= 1 << 63:
             self.resv_below_zero += 1
             self.resv_min = min(self.resv_min, resv - (1 << 64))
@@ -737,7 +700,7 @@ def main():
             say("KERNEL BUG on this machine: %s" % underflow)
             say("  so: first half without forks on %d pages, second half with forks on a pool "
                 "that cannot run out (%d pages); no 1 GiB pages" % (got2m, pool_bound(args, plain)))
-        elif os.path.exists(pool_path(1048576)):
+        elif hp_pools.pool_exists(GiB):
             got1g = m.reserve(1048576, 1)
         say("hugetlb pool: %d 2 MiB pages added for the run; 1 GiB page: %s" %
             (got2m, "reserved" if got1g else "not used" if underflow else
@@ -789,7 +752,7 @@ def main():
         status = 0 if not soak.violations else 1
     except Abort as e:
         say("ABORTED: %s" % e)
-        say("hugetlb pools now: %s" % pool_state())
+        say("hugetlb pools now: %s" % hp_pools.pool_state())
         for w in soak.workloads if soak else []:
             if not w.alive() and w.name not in str(e):
                 say("%s also died: %s\n%s" % (w.name, w.status(), w.stderr_tail()))

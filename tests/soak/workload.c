@@ -38,6 +38,9 @@
  *   E                                                    end
  */
 #include "hpalloc.h"
+#include "../c/kfile.h"
+#include "../c/pool.h"
+#include "../c/smaps.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -908,60 +911,6 @@ static const struct blk *block_at(const struct worker *w, uintptr_t a)
 	return NULL;
 }
 
-/* The /proc/self/smaps entry of the mapping holding a, to stderr. */
-static void print_mapping(uintptr_t a)
-{
-	static char buf[1 << 20];
-	int fd = open("/proc/self/smaps", O_RDONLY);
-	size_t n = 0;
-	ssize_t k;
-	if (fd < 0)
-		return;
-	while (n < sizeof(buf) - 1 && (k = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-		n += (size_t)k;
-	close(fd);
-	buf[n] = '\0';
-	for (char *line = buf, *entry = NULL; line && *line;) {
-		char *next = strchr(line, '\n');
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-			if (entry)
-				break;
-			if (a >= lo && a < hi)
-				entry = line;
-		}
-		if (!next)
-			break;
-		line = next + 1;
-		if (entry && (!*line || (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')))) {
-			fprintf(stderr, "  its mapping (smaps):\n%.*s", (int)(line - entry), entry);
-			return;
-		}
-	}
-}
-
-/* The 2 MiB and 1 GiB hugetlb pools' counters, to stderr. */
-static void print_pools(void)
-{
-	static const char *const sizes[] = {"2048kB", "1048576kB"};
-	static const char *const files[] = {"nr", "free", "resv", "surplus"};
-	for (int i = 0; i < 2; i++) {
-		fprintf(stderr, "  hugetlb pool %s:", sizes[i]);
-		for (int j = 0; j < 4; j++) {
-			char path[128], buf[32] = "?";
-			snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%s/%s_hugepages", sizes[i], files[j]);
-			int fd = open(path, O_RDONLY);
-			if (fd >= 0) {
-				ssize_t n = read(fd, buf, sizeof(buf) - 1);
-				buf[n > 0 ? n - 1 : 0] = '\0';
-				close(fd);
-			}
-			fprintf(stderr, " %s %s", files[j], buf);
-		}
-		fputc('\n', stderr);
-	}
-}
-
 static void fatal_signal(int sig, siginfo_t *si, void *uc)
 {
 	struct worker *w = cur_worker;
@@ -977,8 +926,8 @@ static void fatal_signal(int sig, siginfo_t *si, void *uc)
 			(size_t)(a - (uintptr_t)b->p));
 		print_history(b);
 	}
-	print_mapping(a);
-	print_pools();
+	harness_smaps_print(a, STDERR_FILENO);
+	harness_pools_print(stderr);
 	fflush(stderr);
 	/* SA_RESETHAND: returning faults again, with the default action */
 }
@@ -1225,16 +1174,11 @@ static void command_loop(void)
  * SIGBUS.  Prints "resv-underflow N" (N pages, 0: this kernel is fine). */
 static long long read_resv(size_t pagesize)
 {
-	char path[128], buf[32] = "";
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/resv_hugepages", pagesize >> 10);
-	FILE *f = fopen(path, "r");
-	if (!f || !fgets(buf, sizeof(buf), f)) {
-		if (f)
-			fclose(f);
-		return LLONG_MIN;
-	}
-	fclose(f);
-	return (long long)strtoull(buf, NULL, 10); /* wraps to negative, as the kernel's counter does */
+	char path[160];
+	long v;
+	harness_pool_path(pagesize, "resv_hugepages", path, sizeof(path));
+	/* wraps to negative, as the kernel's counter does */
+	return harness_read_long_at(path, &v) == 0 ? v : LLONG_MIN;
 }
 
 static int probe_resv(void)
