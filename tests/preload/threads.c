@@ -125,6 +125,25 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* On failure, the block's mappings as smaps has them, and the machine's
+ * split counters: which of a fallback, a split or a mapping without THP
+ * advice it was. */
+static void why_not_huge(void *p, size_t len)
+{
+	struct harness_smaps r;
+	if (harness_smaps_range(p, len, &r) == 0)
+		fprintf(stderr, "  smaps: %d mappings, Rss %zu KiB, AnonHugePages %zu KiB, LazyFree %zu KiB, "
+			"THP-eligible %d, page size %zu\n", r.mappings, r.rss >> 10, r.anon_huge >> 10,
+			r.lazyfree >> 10, r.thp_eligible, r.kernel_page_size);
+	FILE *f = fopen("/proc/vmstat", "re");
+	char line[128];
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "thp_", 4) == 0 && (strstr(line, "split") || strstr(line, "fallback")))
+			fprintf(stderr, "  %s", line);
+	if (f)
+		fclose(f);
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const knobs[] = {"HPALLOC_MODE=thp", "HPALLOC_THRESHOLD=64K",
@@ -145,8 +164,13 @@ int main(int argc, char **argv)
 			continue;
 		CHECK(stamped(s->p, s->size, s->seed), "slot %d changed", i);
 		if (s->size >= 2 * MiB) {
-			CHECK(hpalloc_owns(s->p) && huge_bytes(s->p, s->size) >= (s->size & ~(2 * MiB - 1)),
-			      "a %zu-byte block is not on huge pages", s->size);
+			CHECK(hpalloc_owns(s->p), "a %zu-byte block at %p is not hpalloc's", s->size, s->p);
+			size_t huge_now = huge_bytes(s->p, s->size);
+			if (huge_now < (s->size & ~(2 * MiB - 1)))
+				why_not_huge(s->p, s->size); /* says what smaps says of it */
+			CHECK(huge_now >= (s->size & ~(2 * MiB - 1)),
+			      "a %zu-byte block at %p is not on huge pages: %zu KiB huge", s->size, s->p,
+			      huge_now >> 10);
 			huge++;
 		} else if (s->size < THRESHOLD) {
 			CHECK(!hpalloc_owns(s->p), "a %zu-byte block is hpalloc's", s->size);
