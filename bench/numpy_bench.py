@@ -64,11 +64,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "numpy_workloads.py")
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import hp_memcg  # noqa: E402  (the one maker of memory cgroups: the pressure rows)
+import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
 PYTHON = sys.executable
 MiB = 1 << 20
 GiB = 1 << 30
 LIBDIR_SYS = "/usr/lib/x86_64-linux-gnu"
-HUGEPAGES = "/sys/kernel/mm/hugepages"
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/page_reporting_order"
 
 
@@ -314,16 +314,10 @@ class Machine:
 
     def reserve(self, pagesize, pages):
         """Add pages to a pool; returns how many the kernel gave."""
-        path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
-        if not os.path.exists(path):
+        if not hp_pools.pool_exists(pagesize):
             return 0
         with signals_held():
-            before = read_int(path)
-            try:
-                write_int(path, before + pages)
-            except OSError:
-                pass
-            got = max(read_int(path) - before, 0)
+            got = max(hp_pools.add_pages(pagesize, pages, refused_ok=True), 0)
             self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
         return got
 
@@ -338,8 +332,7 @@ class Machine:
         """Give back exactly the pages reserve() added."""
         with signals_held():
             for pagesize, added in self.pools_added.items():
-                path = "%s/hugepages-%dkB/nr_hugepages" % (HUGEPAGES, pagesize // 1024)
-                write_int(path, max(read_int(path) - added, 0))
+                hp_pools.take_back(pagesize, added)
             self.pools_added = {}
 
     def pools_note(self):

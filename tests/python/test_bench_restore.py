@@ -21,14 +21,13 @@ SRCDIR = os.environ.get("abs_top_srcdir",
 BENCH = os.path.join(SRCDIR, "bench", "numpy_bench.py")
 sys.path.insert(0, os.path.join(SRCDIR, "bench"))
 import numpy_bench as nb  # noqa: E402
+import hp_pools  # noqa: E402  (numpy_bench reserves through it)
 
-POOL_2M = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
 LIBHUGETLBFS = os.path.join(nb.LIBDIR_SYS, "libhugetlbfs.so.0")
 
 
 def pool_2m():
-    with open(POOL_2M) as f:
-        return int(f.read())
+    return hp_pools.pool_read(2 * nb.MiB, "nr_hugepages")
 
 
 def bench_mounts():
@@ -40,7 +39,7 @@ def bench_mounts():
 def root():
     if os.geteuid() != 0:
         skip_lacking("root", "the bench reserves hugetlb pools as root only")
-    if not os.path.exists(POOL_2M):
+    if not hp_pools.pool_exists(2 * nb.MiB):
         skip_lacking("hugetlb", "kernel offers no 2 MiB huge pages")
 
 
@@ -151,13 +150,13 @@ def test_signal_while_a_pool_grows(root, monkeypatch):
     the write, before the bench has counted what it got."""
     before = pool_2m()
     machine = nb.Machine()
-    write_int = nb.write_int
+    write_nr = hp_pools.pool_write_nr
 
-    def write_then_signal(path, value):
-        write_int(path, value)
+    def write_then_signal(pagesize, count):
+        write_nr(pagesize, count)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(nb, "write_int", write_then_signal)
+    monkeypatch.setattr(hp_pools, "pool_write_nr", write_then_signal)
     old = signal.signal(signal.SIGTERM, nb.raise_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -167,7 +166,7 @@ def test_signal_while_a_pool_grows(root, monkeypatch):
         grown = pool_2m()
     finally:
         signal.signal(signal.SIGTERM, old)
-        monkeypatch.setattr(nb, "write_int", write_int)
+        monkeypatch.setattr(hp_pools, "pool_write_nr", write_nr)
         machine.restore()
     assert grown > before, "the pool never grew"
     assert pool_2m() == before, "pool left at %d pages (was %d)" % (pool_2m(), before)
