@@ -203,6 +203,11 @@ int prim_set_thread_policy(int mode, const unsigned long *nodes, unsigned long m
 #endif
 }
 
+void *prim_heap_break(void)
+{
+	return sbrk(0);
+}
+
 int prim_resident(const void *addr)
 {
 	unsigned char v = 0;

@@ -62,6 +62,8 @@ HP_HIDDEN int prim_set_thread_policy(int mode, const unsigned long *nodes, unsig
 /* Whether the page at addr is resident (mincore(2) of one page): 1, 0, or
  * -1 + errno. */
 HP_HIDDEN int prim_resident(const void *addr);
+/* Where the main heap's break is now (sbrk(0)): libc's heap grew when it moved. */
+HP_HIDDEN void *prim_heap_break(void);
 
 /* ---- memfds --------------------------------------------------------------------- */
 /* A close-on-exec memfd named name of len bytes (hugetlb pages of pagesize,

@@ -16,7 +16,6 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define CLASS_SHIFT 6
 #define CACHED_MAX 2048
@@ -246,10 +245,10 @@ bool small_libc_has_free(size_t size)
 		return false;
 	int saved = errno;
 	hp_inside++; /* an interposed malloc (the preload library) must pass this to libc */
-	void *brk_before = sbrk(0);
+	void *brk_before = prim_heap_break();
 	void *raw = malloc(size + HP_SMALL_ALIGN);
 	bool held = raw && !(glibc_chunk_flags(raw) & (GLIBC_IS_MMAPPED | GLIBC_NON_MAIN_ARENA)) &&
-		    sbrk(0) == brk_before && mostly_resident(raw, size);
+		    prim_heap_break() == brk_before && mostly_resident(raw, size);
 	free(raw);
 	hp_inside--;
 	errno = saved;

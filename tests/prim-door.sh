@@ -21,7 +21,7 @@ cd "$src"
 
 calls='mmap|mmap64|munmap|mremap|madvise|posix_madvise|process_madvise|mprotect|pkey_mprotect'
 calls+='|mbind|mincore|get_mempolicy|set_mempolicy|set_mempolicy_home_node|move_pages'
-calls+='|migrate_pages|memfd_create|mlock|mlock2|munlock|mlockall|munlockall|msync'
+calls+='|migrate_pages|memfd_create|mlock|mlock2|munlock|mlockall|munlockall|msync|brk|sbrk'
 calls+='|io_uring_prep_madvise|syscall'
 
 # One file, comments stripped: "file:line: what" for each offence.
