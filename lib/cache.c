@@ -90,9 +90,10 @@ static bool charged(const struct hp_block *b)
  * measures (which cgroup, its limit, its working set, what is free under
  * it); the cache_memcg knob switches the bound off. */
 
-/* A reading of the usage younger than this serves a free or a fresh
- * mapping (a 1 MiB temporary freed thousands of times a second must not
- * read a file each time); memory grows by a few MiB at most meanwhile. */
+/* A reading of the usage younger than this serves a free (a 1 MiB
+ * temporary freed thousands of times a second must not read a file each
+ * time): it decides what the cache keeps, which the janitor corrects.  A
+ * fresh mapping reads now (memcg_before_map says why). */
 #define MEMCG_FRESH_MS 5
 
 static bool memcg_bound_on(void)
@@ -558,12 +559,11 @@ static void give_back_over_memcg(void)
 }
 
 /* A fresh block fits under a memory cgroup's limit only with this much to
- * spare: the reading is up to MEMCG_FRESH_MS old, and the block's page
- * tables, the program's other memory and its other threads' blocks are
- * charged meanwhile.  Charged up to the limit exactly, the next page fault
- * finds nothing the kernel can take back (no swap; libc's free heap is not
- * reclaimable) and the OOM killer kills the process
- * (tests/c/memcg_libc_hole.c). */
+ * spare: the block's page tables, the program's other memory and its other
+ * threads' blocks are charged between the reading and the block's faults.
+ * Charged up to the limit exactly, the next page fault finds nothing the
+ * kernel can take back (no swap; libc's free heap is not reclaimable) and
+ * the OOM killer kills the process (tests/c/memcg_libc_hole.c). */
 #define MEMCG_MAP_SLACK (16 * HP_MiB)
 
 /* A memory cgroup's limit: a fresh THP block (its pages will be charged to
@@ -577,7 +577,16 @@ static bool memcg_before_map(size_t size, bool libc_may)
 {
 	if (!memcg_bound_on())
 		return true;
-	size_t free = memcg_headroom(MEMCG_FRESH_MS);
+	/* Read now, by this thread: another thread's reading of a moment ago
+	 * (a populate worker reads every millisecond while the program writes
+	 * its last block, the janitor every tick) misses what was charged
+	 * since -- that last block, written after it.  On such a reading a
+	 * fresh block was mapped beside libc's free memory instead of taken
+	 * from it, and met the limit (make bench's reuse row on NumPy 2.x: an
+	 * OOM kill in about 1 of 20 processes; tests/c/memcg_files.c
+	 * test_reading_taken_now).  A fresh mapping faults a MiB or more: the
+	 * two files read are a small part of its cost. */
+	size_t free = memcg_headroom(0);
 	if (free == SIZE_MAX)
 		return true; /* no limit */
 	bool fits = free >= size && free - size >= MEMCG_MAP_SLACK;

@@ -49,10 +49,11 @@
  * says something else than a number (garbage, a cgroup removed meanwhile)
  * is no limit: SIZE_MAX, and nothing is lost.
  *
- * Threads: the binding level is written by the janitor (and by the first
- * mapping, before there is a janitor) and read by any thread: its numbers
- * are atomics, its directory is copied under memcg_lock, a leaf lock held
- * for the copy alone.  Nothing is allocated (paths live on the stack):
+ * Threads: a look (where the process is, its binding level) is made under
+ * look_lock, by the janitor and by the process's first mapping; the
+ * binding level it writes is read by any thread: its numbers are atomics,
+ * its directory is copied under memcg_lock, a leaf lock held for the copy
+ * alone.  Nothing is allocated (paths live on the stack):
  * this runs inside the malloc of an interposer. */
 #include "internal.h"
 
@@ -338,9 +339,14 @@ static int mount_line(char *line, void *arg)
 	return 1;
 }
 
-/* The janitor's view of where the process is.  mountinfo can be long (a
- * host with many containers): it is read again only when /proc/self/cgroup
- * changes (a move) or when no level's limit could be read (unmounted). */
+/* Where the process is, as the last look found it.  mountinfo can be
+ * long (a host with many containers): it is read again only when
+ * /proc/self/cgroup changes (a move) or when no level's limit could be read
+ * (unmounted).  Looked at by the janitor every round and by the process's
+ * first huge mapping, which several threads may make at once: under
+ * look_lock, one look at a time (tests/c/tsan.sh's workers start
+ * together; before the lock they wrote this record at once). */
+static pthread_mutex_t look_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	struct self_cgroup self;
 	struct mount_search mount;
@@ -418,7 +424,7 @@ static void bind(const struct level *l)
 /* Where the process is, its binding level: bound, or no bound.  Whether
  * the cache_memcg knob is on or off: the knob is the cache's (cache.c),
  * and the populate workers ask what is free under the limit all the same. */
-static bool look(void)
+static bool look_locked(void)
 {
 	struct level l;
 	if (!locate()) {
@@ -436,15 +442,28 @@ static bool look(void)
 	return true;
 }
 
+/* The process's first look, made once: a thread that finds it made sees
+ * what it bound (the release pairs with the acquire), and a thread that
+ * comes while it is being made waits for it -- its block is mapped on a
+ * binding level, not before there is one. */
 void memcg_start(void)
 {
-	atomic_store_explicit(&looked, true, memory_order_relaxed);
-	look();
+	if (atomic_load_explicit(&looked, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&look_lock);
+	if (!atomic_load_explicit(&looked, memory_order_relaxed)) {
+		look_locked();
+		atomic_store_explicit(&looked, true, memory_order_release);
+	}
+	pthread_mutex_unlock(&look_lock);
 }
 
 bool memcg_look(void)
 {
-	return look();
+	pthread_mutex_lock(&look_lock);
+	bool bound = look_locked();
+	pthread_mutex_unlock(&look_lock);
+	return bound;
 }
 
 /* The binding level's usage again, unless a reading younger than
@@ -489,8 +508,7 @@ bool memcg_limited(void)
 
 size_t memcg_headroom(unsigned max_age_ms)
 {
-	if (!atomic_load_explicit(&looked, memory_order_relaxed))
-		memcg_start(); /* the process's first block: its cgroup before it is mapped */
+	memcg_start(); /* the process's first block: its cgroup before it is mapped */
 	if (!atomic_load_explicit(&limited, memory_order_relaxed))
 		return SIZE_MAX;
 	refresh(max_age_ms);
@@ -508,13 +526,14 @@ void memcg_charging(size_t bytes)
 }
 
 /* The child keeps the binding level its parent knew until its own first
- * huge mapping looks again; the lock may have been held by a thread the
+ * huge mapping looks again; the locks may have been held by a thread the
  * child does not have. */
 void memcg_fork(int phase)
 {
+	fork_mutex(&look_lock, phase); /* look_lock, then memcg_lock (bind) */
 	fork_mutex(&memcg_lock, phase);
 	if (phase == FORK_CHILD) {
-		where.found = false; /* the parent's janitor may have been writing it */
+		where.found = false; /* the child's first look reads mountinfo afresh */
 		atomic_store_explicit(&looked, false, memory_order_relaxed);
 	}
 }

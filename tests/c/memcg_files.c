@@ -404,6 +404,78 @@ static void test_v1_working_set(void **state)
 	nothing_lost(NULL, 0);
 }
 
+/* A fresh block is mapped on a reading of the cgroup taken then, by the
+ * allocating thread.  Another thread's reading of a moment before (a
+ * populate worker reads every millisecond while the program writes its
+ * last block, the janitor every tick) missed what was charged since: make
+ * bench's reuse row on NumPy 2.x, its last block written after such a
+ * reading, mapped the next fresh beside the free memory libc held instead
+ * of taking it from there, and met the limit -- an OOM kill in about 1 of
+ * 20 processes.  Here the staged cgroup fills (usage to 20 MiB under the
+ * limit) right after a fresh block was mapped on a reading with 512 MiB
+ * free; the next block must come from the free memory libc holds (its
+ * address in the heap's hole), as without hpalloc.  Before: mapped fresh. */
+#define HOLE_PIECE (256 * KiB)
+
+/* A free chunk of libc's main heap, written (resident) and below a chunk
+ * still in use (*cap) so that libc keeps it: [*lo, *hi). */
+static void heap_hole(size_t bytes, char **lo, char **hi, void **cap)
+{
+	size_t n = bytes / HOLE_PIECE;
+	void **v = calloc(n, sizeof(*v));
+	assert_non_null(v);
+	free(malloc(HOLE_PIECE)); /* glibc's mmap threshold rises above it: heap chunks from now */
+	*lo = (char *)UINTPTR_MAX;
+	*hi = NULL;
+	for (size_t i = 0; i < n; i++) {
+		v[i] = malloc(HOLE_PIECE);
+		assert_non_null(v[i]);
+		memset(v[i], 1, HOLE_PIECE);
+		if ((char *)v[i] < *lo)
+			*lo = v[i];
+		if ((char *)v[i] + HOLE_PIECE > *hi)
+			*hi = (char *)v[i] + HOLE_PIECE;
+	}
+	*cap = malloc(HOLE_PIECE);
+	assert_non_null(*cap);
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void test_reading_taken_now(void **state)
+{
+	(void)state;
+#if defined(__SANITIZE_ADDRESS__)
+	harness_skip("ASan's malloc replaces glibc's: no glibc heap to hold free memory (the plain build runs this)");
+#endif
+	char *lo, *hi;
+	void *cap;
+	knobs();
+	stage_v1(GiB, 512 * MiB);
+	wait_limit(GiB);
+	heap_hole(2 * BLOCK, &lo, &hi, &cap);
+	char *a = hp_malloc(BLOCK); /* 512 MiB free: a fresh block, on a reading taken now */
+	assert_non_null(a);
+	assert_true(a >= hi || a + BLOCK <= lo);
+	put(V1_DIR "/app/memory.usage_in_bytes", "%zu", GiB - 20 * MiB);
+	char *b = hp_malloc(BLOCK);
+	assert_non_null(b);
+	bool from_hole = b >= lo && b + BLOCK <= hi;
+	print_message("the cgroup filled to 20 MiB under its limit right after a fresh block: the next "
+		      "block %s (libc's free chunk %p-%p)\n", from_hole ? "from libc's free memory" :
+		      "mapped fresh", (void *)lo, (void *)hi);
+	if (!from_hole)
+		fail_msg("a fresh block was mapped on a reading from before the cgroup filled "
+			 "(20 MiB free, libc holding %zu MiB free)", (size_t)(hi - lo) >> 20);
+	harness_fill(b, BLOCK, 7);
+	assert_int_equal(harness_check(b, BLOCK, 7), SIZE_MAX);
+	hp_free(b);
+	hp_free(a);
+	free(cap);
+	nothing_lost(NULL, 0);
+}
+
 /* v2 lets the usage go over memory.high (the cgroup is throttled, not
  * killed): nothing is free then, and there is no room for the cache or
  * the populate workers -- exactly when the cgroup is over, not a bound
@@ -711,6 +783,7 @@ int main(int argc, char **argv)
 		HTEST(test_v2_working_set),
 		HTEST(test_working_set_unreadable),
 		HTEST(test_v1_working_set),
+		HTEST(test_reading_taken_now),
 		HTEST(test_usage_over_limit),
 		HTEST(test_limit_changed),
 		HTEST(test_knob_off),

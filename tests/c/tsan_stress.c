@@ -43,9 +43,16 @@ static void shared(void)
 	hp_shared_free(p);
 }
 
+/* The workers' first blocks at one moment: each is its thread's first
+ * huge mapping, and the process's first look at its memory cgroup was
+ * made by whichever came first -- main before the fix let them all look
+ * at once, writing the same record (CI's run at 9b2e56f). */
+static pthread_barrier_t start;
+
 static void *worker(void *arg)
 {
 	long id = (long)arg;
+	pthread_barrier_wait(&start);
 	for (unsigned round = 0; round < ROUNDS; round++) {
 		struct hp_stats st;
 		struct hp_backing b;
@@ -76,6 +83,7 @@ int main(void)
 
 	hp_knob_set("mode", "thp");
 	hp_knob_set("threshold", "1M");
+	pthread_barrier_init(&start, NULL, THREADS);
 	for (long i = 0; i < THREADS; i++)
 		pthread_create(&t[i], NULL, worker, (void *)i);
 	for (int i = 0; i < 50; i++) {
