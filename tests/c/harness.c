@@ -298,6 +298,13 @@ void harness_sleep_ms(unsigned ms)
 }
 
 /* ---- child cases -------------------------------------------------------------- */
+
+int harness_expect(bool ok, const char *what)
+{
+	if (!ok)
+		fprintf(stderr, "FAIL: %s\n", what);
+	return ok ? 0 : 1;
+}
 void harness_child_dispatch(int argc, char **argv,
 			    const struct harness_child_case *cases, size_t count)
 {

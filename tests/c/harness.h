@@ -95,6 +95,9 @@ struct harness_child_case {
 	const char *name;
 	int (*fn)(void); /* 0 pass, 1 fail (print why), 77 skip */
 };
+/* A child case's check, no cmocka: 0 if ok, else "FAIL: what" on stderr
+ * and 1 (its failures or'ed into the case's exit status). */
+int harness_expect(bool ok, const char *what);
 /* In main() before harness_init(): if argv asks for a child case, runs it
  * and exits. */
 void harness_child_dispatch(int argc, char **argv,
@@ -198,6 +201,14 @@ bool harness_uring_usable(char *why, size_t why_len);
  * skip unless THP is enabled ([always] or [madvise]). */
 void harness_need_uring(void);
 void harness_need_thp(void);
+/* Skip unless THP is on (capability thp) and the kernel has MADV_COLLAPSE
+ * (Linux 6.1; populate_pages keeps blocks on huge pages without it). */
+void harness_need_collapse(void);
+/* AnonHugePages of [p, p + len) per smaps (0 if unreadable); whether it
+ * reaches len less one 2 MiB chunk within ms (populate_pages: a block
+ * faulted at 4 KiB first is collapsed behind the program). */
+size_t harness_anon_huge(const void *p, size_t len);
+bool harness_huge_within(const void *p, size_t len, unsigned ms);
 
 /* ---- interposing: open_next.c ------------------------------------------------- */
 /* A test that interposes open(2) (the executable comes first in symbol

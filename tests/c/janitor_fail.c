@@ -16,13 +16,6 @@
 #define ROUNDS 600
 #define SIZE (4 * MiB)
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 static uint64_t stat_of(int s)
 {
 	struct hp_stats st;
@@ -41,7 +34,7 @@ static int child_no_janitor(void)
 	for (int i = 0; i < ROUNDS; i++) {
 		char *p = hp_malloc(SIZE);
 		if (!p)
-			return check(false, "allocation failed");
+			return harness_expect(false, "allocation failed");
 		p[0] = p[SIZE - 1] = 1;
 		hp_free(p);
 		if (harness_mapped(p, SIZE) != 0) {
@@ -50,11 +43,11 @@ static int child_no_janitor(void)
 		}
 	}
 	hp_release_drain(); /* returns: nothing is in flight */
-	bad |= check(stat_of(HP_STAT_JANITOR_ACTIVE) == 0, "janitor_active should be 0");
-	bad |= check(stat_of(HP_STAT_URING_ACTIVE) == 0, "uring_active should be 0");
-	bad |= check(stat_of(HP_STAT_URING_RELEASES) == 0, "released through a ring nobody reaps");
-	bad |= check(stat_of(HP_STAT_SYNC_RELEASES) >= ROUNDS, "releases were not synchronous");
-	bad |= check(stat_of(HP_STAT_MAPPED_BYTES) == 0, "mapped_bytes should be 0");
+	bad |= harness_expect(stat_of(HP_STAT_JANITOR_ACTIVE) == 0, "janitor_active should be 0");
+	bad |= harness_expect(stat_of(HP_STAT_URING_ACTIVE) == 0, "uring_active should be 0");
+	bad |= harness_expect(stat_of(HP_STAT_URING_RELEASES) == 0, "released through a ring nobody reaps");
+	bad |= harness_expect(stat_of(HP_STAT_SYNC_RELEASES) >= ROUNDS, "releases were not synchronous");
+	bad |= harness_expect(stat_of(HP_STAT_MAPPED_BYTES) == 0, "mapped_bytes should be 0");
 	return bad;
 }
 
@@ -74,11 +67,11 @@ static int child_decay_on_free(void)
 	a[0] = 1;
 	hp_free(a); /* cached */
 	if (harness_mapped(a, 16 * MiB) != 16 * MiB)
-		return check(false, "the first block should be cached (still mapped)");
+		return harness_expect(false, "the first block should be cached (still mapped)");
 	usleep(120 * 1000);
 	hp_free(b); /* this free finds a past its decay */
-	int bad = check(harness_mapped(a, 16 * MiB) == 0, "a decayed block stayed mapped");
-	bad |= check(stat_of(HP_STAT_CACHE_DECAYS) >= 1, "cache_decays should count it");
+	int bad = harness_expect(harness_mapped(a, 16 * MiB) == 0, "a decayed block stayed mapped");
+	bad |= harness_expect(stat_of(HP_STAT_CACHE_DECAYS) >= 1, "cache_decays should count it");
 	return bad;
 }
 

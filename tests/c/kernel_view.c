@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 void harness_check_smaps_reader(const void *addr, size_t len)
@@ -241,4 +242,28 @@ void harness_need_thp(void)
 {
 	if (strcmp(harness_thp_mode(), "never") == 0)
 		harness_skip_cap("thp", "transparent_hugepage/enabled is [never]: no THP");
+}
+
+void harness_need_collapse(void)
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+	harness_need_thp();
+	if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2 ||
+	    major < 6 || (major == 6 && minor < 1))
+		harness_skip("no MADV_COLLAPSE before Linux 6.1: populate_pages keeps blocks on huge pages");
+}
+
+size_t harness_anon_huge(const void *p, size_t len)
+{
+	struct harness_smaps sm;
+	return harness_smaps_range(p, len, &sm) == 0 ? sm.anon_huge : 0;
+}
+
+bool harness_huge_within(const void *p, size_t len, unsigned ms)
+{
+	uint64_t end = harness_now_ms() + ms;
+	while (harness_anon_huge(p, len) < len - 2 * MiB && harness_now_ms() < end)
+		harness_sleep_ms(50);
+	return harness_anon_huge(p, len) >= len - 2 * MiB;
 }

@@ -26,13 +26,6 @@ static bool libc_mmapped(const void *p)
 	return (const char *)p >= (const char *)sbrk(0);
 }
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 static void knobs(void)
 {
 	hp_knob_set("mode", "thp");
@@ -55,14 +48,14 @@ static int child_learns(void)
 {
 	knobs();
 	char *before = malloc(3 * MiB);
-	int bad = check(before && libc_mmapped(before), "a fresh libc should mmap 3 MiB");
+	int bad = harness_expect(before && libc_mmapped(before), "a fresh libc should mmap 3 MiB");
 	free(before); /* teaches libc 3 MiB itself: ask for more below */
 	huge_freed(6 * MiB);
 	errno = EXDEV;
 	huge_freed(7 * MiB);
-	bad |= check(errno == EXDEV, "hp_free changed errno");
+	bad |= harness_expect(errno == EXDEV, "hp_free changed errno");
 	char *after = malloc(5 * MiB);
-	bad |= check(after && !libc_mmapped(after), "after a 7 MiB huge free, libc should serve 5 MiB from its heap");
+	bad |= harness_expect(after && !libc_mmapped(after), "after a 7 MiB huge free, libc should serve 5 MiB from its heap");
 	free(after);
 	return bad;
 }
@@ -72,7 +65,7 @@ static int child_not_beyond_cap(void)
 	knobs();
 	huge_freed(64 * MiB);
 	char *after = malloc(5 * MiB);
-	int bad = check(after && libc_mmapped(after), "a 64 MiB huge free should teach libc nothing");
+	int bad = harness_expect(after && libc_mmapped(after), "a 64 MiB huge free should teach libc nothing");
 	free(after);
 	return bad;
 }

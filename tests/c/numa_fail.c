@@ -15,13 +15,6 @@
 
 #define BLOCK (64 * MiB)
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 static uint64_t stat_of(int s)
 {
 	struct hp_stats st;
@@ -47,22 +40,22 @@ static int child_mbind_fail(void)
 	bad |= set("numa", "bind:0");
 	int maps = nu_mapping_count();
 	if (nu_seccomp_mbind(EPERM) != 0)
-		return check(false, "seccomp filter");
+		return harness_expect(false, "seccomp filter");
 	errno = 0;
 	void *p = hp_malloc(BLOCK);
-	bad |= check(p == NULL && errno == ENOMEM, "bind:0 under a refused mbind must fail with ENOMEM");
-	bad |= check(stat_of(HP_STAT_NUMA_REFUSED) == 1, "numa_refused should be 1");
-	bad |= check(stat_of(HP_STAT_MAPPED_BYTES) == 0, "mapped_bytes should be 0");
-	bad |= check(nu_mapping_count() == maps && nu_mapping_of_size(BLOCK) == 0,
+	bad |= harness_expect(p == NULL && errno == ENOMEM, "bind:0 under a refused mbind must fail with ENOMEM");
+	bad |= harness_expect(stat_of(HP_STAT_NUMA_REFUSED) == 1, "numa_refused should be 1");
+	bad |= harness_expect(stat_of(HP_STAT_MAPPED_BYTES) == 0, "mapped_bytes should be 0");
+	bad |= harness_expect(nu_mapping_count() == maps && nu_mapping_of_size(BLOCK) == 0,
 		     "the refused block is still mapped (/proc/self/maps)");
 	/* the kernel's policy needs no mbind: allocations go on */
 	bad |= set("numa", "default");
 	p = hp_malloc(BLOCK);
-	bad |= check(p != NULL, "numa=default under the same filter");
+	bad |= harness_expect(p != NULL, "numa=default under the same filter");
 	if (p) {
 		struct nu_entry e;
 		memset(p, 1, BLOCK);
-		bad |= check(nu_entry_at(p, &e) == 0 && strcmp(e.policy, "default") == 0, "default block in numa_maps");
+		bad |= harness_expect(nu_entry_at(p, &e) == 0 && strcmp(e.policy, "default") == 0, "default block in numa_maps");
 		hp_free(p);
 	}
 	return bad;
@@ -73,16 +66,16 @@ static int child_mbind_small(void)
 {
 	int bad = set("mode", "thp") | set("fallback", "small") | set("cache_max", "0") | set("numa", "bind:0");
 	if (nu_seccomp_mbind(EPERM) != 0)
-		return check(false, "seccomp filter");
+		return harness_expect(false, "seccomp filter");
 	char *p = hp_malloc(BLOCK);
-	bad |= check(p != NULL, "fallback=small gives libc memory");
+	bad |= harness_expect(p != NULL, "fallback=small gives libc memory");
 	if (!p)
 		return 1;
 	memset(p, 7, BLOCK);
 	struct hp_backing b;
-	bad |= check(hp_backing(p, &b) == 0 && b.backend == HP_BACKEND_SMALL, "the block is libc's");
-	bad |= check(p[BLOCK - 1] == 7, "usable to its end");
-	bad |= check(stat_of(HP_STAT_NUMA_REFUSED) == 1, "numa_refused should be 1");
+	bad |= harness_expect(hp_backing(p, &b) == 0 && b.backend == HP_BACKEND_SMALL, "the block is libc's");
+	bad |= harness_expect(p[BLOCK - 1] == 7, "usable to its end");
+	bad |= harness_expect(stat_of(HP_STAT_NUMA_REFUSED) == 1, "numa_refused should be 1");
 	hp_free(p);
 	return bad;
 }
@@ -92,17 +85,17 @@ static int child_default_no_policy_calls(void)
 {
 	int bad = set("mode", "auto") | set("cache_max", "1G");
 	if (nu_seccomp_mbind(-1) != 0) /* either call kills the process */
-		return check(false, "seccomp filter");
+		return harness_expect(false, "seccomp filter");
 	for (int i = 0; i < 3; i++) {
 		void *p = hp_malloc(BLOCK), *q = hp_calloc(1, 3 * MiB);
-		bad |= check(p && q, "allocations under numa=default");
+		bad |= harness_expect(p && q, "allocations under numa=default");
 		p = hp_realloc(p, 2 * BLOCK);
 		hp_free(p);
 		hp_free(q);
 	}
 	void *ctx = hp_ctx(HP_ORIGIN_NUMPY, 0);
 	void *p = hp_ctx_malloc(ctx, BLOCK);
-	bad |= check(p != NULL, "through a context");
+	bad |= harness_expect(p != NULL, "through a context");
 	hp_ctx_free(ctx, p, BLOCK);
 	return bad;
 }
@@ -115,13 +108,13 @@ static int child_hugetlb_mbind_fail(void)
 		  set("cache_max", "0") | set("numa", "bind:0");
 	long avail = harness_pool_available(2 * MiB);
 	if (nu_seccomp_mbind(EPERM) != 0)
-		return check(false, "seccomp filter");
+		return harness_expect(false, "seccomp filter");
 	errno = 0;
 	void *p = hp_malloc(BLOCK);
-	bad |= check(p == NULL && errno == ENOMEM, "hugetlb and THP both refused: NULL + ENOMEM");
-	bad |= check(stat_of(HP_STAT_NUMA_REFUSED) == 2, "numa_refused should be 2 (hugetlb, then THP)");
-	bad |= check(stat_of(HP_STAT_FALLBACKS) == 1, "one fallback");
-	bad |= check(harness_pool_available(2 * MiB) == avail, "pool pages back");
+	bad |= harness_expect(p == NULL && errno == ENOMEM, "hugetlb and THP both refused: NULL + ENOMEM");
+	bad |= harness_expect(stat_of(HP_STAT_NUMA_REFUSED) == 2, "numa_refused should be 2 (hugetlb, then THP)");
+	bad |= harness_expect(stat_of(HP_STAT_FALLBACKS) == 1, "one fallback");
+	bad |= harness_expect(harness_pool_available(2 * MiB) == avail, "pool pages back");
 	return bad;
 }
 
@@ -134,25 +127,25 @@ static int child_populate_fail(void)
 		  set("cache_max", "0") | set("numa", "bind:0");
 	long avail = harness_pool_available(2 * MiB);
 	if (nu_seccomp_populate(EFAULT) != 0)
-		return check(false, "seccomp filter");
+		return harness_expect(false, "seccomp filter");
 	errno = 0;
 	void *p = hp_malloc(BLOCK);
-	bad |= check(p == NULL && errno == ENOMEM, "fallback=fail: NULL + ENOMEM");
+	bad |= harness_expect(p == NULL && errno == ENOMEM, "fallback=fail: NULL + ENOMEM");
 	/* a short node may be short because of our own cached blocks: after
 	 * giving those back the library tries once more (refused again) */
-	bad |= check(stat_of(HP_STAT_NUMA_REFUSED) == 2, "numa_refused should be 2 (try, retry)");
-	bad |= check(harness_pool_available(2 * MiB) == avail, "pool pages back");
+	bad |= harness_expect(stat_of(HP_STAT_NUMA_REFUSED) == 2, "numa_refused should be 2 (try, retry)");
+	bad |= harness_expect(harness_pool_available(2 * MiB) == avail, "pool pages back");
 	bad |= set("fallback", "thp");
 	p = hp_malloc(BLOCK);
-	bad |= check(p != NULL, "fallback=thp gives a THP block");
+	bad |= harness_expect(p != NULL, "fallback=thp gives a THP block");
 	if (p) {
 		struct nu_entry e;
 		memset(p, 3, BLOCK);
-		bad |= check(nu_entry_at(p, &e) == 0 && !e.huge && strcmp(e.policy, "bind:0") == 0,
+		bad |= harness_expect(nu_entry_at(p, &e) == 0 && !e.huge && strcmp(e.policy, "bind:0") == 0,
 			     "the THP block is bound to node 0 too");
 		hp_free(p);
 	}
-	bad |= check(harness_pool_available(2 * MiB) == avail, "pool pages back after fallback");
+	bad |= harness_expect(harness_pool_available(2 * MiB) == avail, "pool pages back after fallback");
 	return bad;
 }
 

@@ -35,32 +35,25 @@
 #define PAGE 4096
 #define HOLD_MS 300
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 /* In the child: the parent's data as it was, no worker inherited, and a
  * block of its own populated by workers of its own. */
 static int child_side(const char *parent_block)
 {
-	int bad = check(harness_check(parent_block, POP_FILLED, 1) == SIZE_MAX,
+	int bad = harness_expect(harness_check(parent_block, POP_FILLED, 1) == SIZE_MAX,
 			"the child does not see the parent's data");
-	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "the child counts workers it has not got");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "the child counts workers it has not got");
 	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
 	char *q = hp_malloc(CHILD_SIZE);
 	if (!q)
-		return check(false, "no block in the child");
+		return harness_expect(false, "no block in the child");
 	harness_fill_slowly(q, POP_FILLED, 4, 0); /* its workers start */
-	bad |= check(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
+	bad |= harness_expect(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
 		     "the child's workers populated nothing of its block");
 	harness_fill_slowly(q + POP_FILLED, CHILD_SIZE - POP_FILLED, 5, 0);
-	bad |= check(harness_check_filled(q, POP_FILLED, 4) == SIZE_MAX &&
+	bad |= harness_expect(harness_check_filled(q, POP_FILLED, 4) == SIZE_MAX &&
 		     harness_check_filled(q + POP_FILLED, CHILD_SIZE - POP_FILLED, 5) == SIZE_MAX,
 		     "the child's block lost data");
-	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) >= 1, "the child started no worker of its own");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_THREADS) >= 1, "the child started no worker of its own");
 	hp_free(q);
 	return bad;
 }
@@ -69,7 +62,7 @@ static int wait_child(pid_t pid)
 {
 	int status;
 	if (pid < 0)
-		return check(false, "fork failed");
+		return harness_expect(false, "fork failed");
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "FAIL: the child ended with status %#x\n", status);
 		return 1;
@@ -97,7 +90,7 @@ static int same_pages(const uint64_t *before, const char *addr, size_t len)
 	uint64_t *after = calloc(n, sizeof(*after));
 	if (!after || harness_pfns(addr, len, after) < 0) {
 		free(after);
-		return check(false, "no pagemap");
+		return harness_expect(false, "no pagemap");
 	}
 	for (size_t i = 0; i < n; i++)
 		moved += after[i] != before[i];
@@ -127,14 +120,14 @@ static int child_fork_held(void)
 	pthread_t t;
 	if (!held || !len || !before || pipe(fds) != 0) {
 		free(before);
-		return check(false, "no held fault, no memory or no pipe");
+		return harness_expect(false, "no held fault, no memory or no pipe");
 	}
 	memset(rest, 0x5a, len);
-	int bad = check(harness_pfns(rest, len, before) == 0, "no pagemap");
+	int bad = harness_expect(harness_pfns(rest, len, before) == 0, "no pagemap");
 	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
 	atomic_store(&released, false);
 	if (pthread_create(&t, NULL, release_later, NULL) != 0)
-		return check(false, "pthread_create");
+		return harness_expect(false, "pthread_create");
 	alarm(60); /* a fork waiting for a worker nobody lets go never returns */
 	pid_t pid = fork();
 	if (pid == 0) { /* shares the parent's pages until the parent has looked */
@@ -148,8 +141,8 @@ static int child_fork_held(void)
 	bool waited = atomic_load(&released);
 	pthread_join(t, NULL);
 	close(fds[0]);
-	bad |= check(waited, "fork returned while a populate worker was inside the block");
-	bad |= check(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
+	bad |= harness_expect(waited, "fork returned while a populate worker was inside the block");
+	bad |= harness_expect(harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 10000),
 		     "the held worker's fault-in never completed");
 	bad |= same_pages(before, rest, len);
 	free(before);
@@ -157,8 +150,8 @@ static int child_fork_held(void)
 	bad |= wait_child(pid);
 	harness_fill_slowly(p + POP_FILLED, SIZE - POP_FILLED, 5, 0); /* the rest, as the program would */
 	pop_hold_stop();
-	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's first data changed");
-	bad |= check(harness_check_filled(p + POP_FILLED, SIZE - POP_FILLED, 5) == SIZE_MAX,
+	bad |= harness_expect(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's first data changed");
+	bad |= harness_expect(harness_check_filled(p + POP_FILLED, SIZE - POP_FILLED, 5) == SIZE_MAX,
 		     "the parent's block lost data");
 	hp_free(p);
 	return bad;
@@ -172,7 +165,7 @@ static int child_fork_races(void)
 	hp_knob_set("populate", "2");
 	char *p = hp_malloc(SIZE);
 	if (!p)
-		return check(false, "no block");
+		return harness_expect(false, "no block");
 	harness_fill(p, POP_FILLED, 1);
 	size_t off = POP_FILLED;
 	int forks = 0;
@@ -183,13 +176,13 @@ static int child_fork_races(void)
 			_exit(child_side(p));
 		bad |= wait_child(pid);
 	}
-	bad |= check(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's data changed");
+	bad |= harness_expect(harness_check(p, POP_FILLED, 1) == SIZE_MAX, "the parent's data changed");
 	for (int i = 0; i < forks; i++)
 		if (harness_check_filled(p + POP_FILLED + i * 8 * MiB, 8 * MiB, 6 + i) != SIZE_MAX) {
-			bad |= check(false, "the parent's block lost data");
+			bad |= harness_expect(false, "the parent's block lost data");
 			break;
 		}
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "no worker populated: the test did not test");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "no worker populated: the test did not test");
 	hp_free(p);
 	return bad;
 }

@@ -22,13 +22,6 @@
 
 #define SIZE (256 * MiB)
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 /* Pages of [p, p + len) that are resident (mincore). */
 static size_t resident_pages(void *p, size_t len)
 {
@@ -115,7 +108,7 @@ static int child_free_waits(void)
 	if (bad == 77)
 		return bad;
 	char *p = v.arg;
-	bad |= check(harness_mapped(p, SIZE) == 0, "the freed block is still mapped (cache_max=0)");
+	bad |= harness_expect(harness_mapped(p, SIZE) == 0, "the freed block is still mapped (cache_max=0)");
 	bad |= nothing_faults_at(p, SIZE);
 	return bad | pop_fresh_block_whole(SIZE, 2, pop_workers_populated); /* the workers go on as ever */
 }
@@ -132,10 +125,10 @@ static int child_realloc_waits(void)
 	if (bad == 77)
 		return bad;
 	char *p = v.arg, *q = v.result;
-	bad |= check(q != NULL, "hp_realloc failed");
+	bad |= harness_expect(q != NULL, "hp_realloc failed");
 	if (!q)
 		return 1;
-	bad |= check(harness_check(q, POP_FILLED, 1) == SIZE_MAX, "the grown block lost the program's data");
+	bad |= harness_expect(harness_check(q, POP_FILLED, 1) == SIZE_MAX, "the grown block lost the program's data");
 	if (q != p)
 		bad |= nothing_faults_at(p, SIZE);
 	hp_free(q);
@@ -156,18 +149,18 @@ static int child_free_races(void)
 	for (int round = 0; round < 20 && !bad; round++) {
 		char *p = hp_malloc(SIZE);
 		if (!p)
-			return check(false, "hp_malloc failed");
+			return harness_expect(false, "hp_malloc failed");
 		uint64_t before = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
 		harness_fill_slowly(p, 24 * MiB, 3, 0); /* the workers start */
 		for (int i = 0; i < 200 && harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == before; i++)
 			harness_sleep_ms(1);
-		bad |= check(harness_check_filled(p, 24 * MiB, 3) == SIZE_MAX, "the block lost data");
+		bad |= harness_expect(harness_check_filled(p, 24 * MiB, 3) == SIZE_MAX, "the block lost data");
 		hp_free(p); /* the workers are at it */
 		bad |= nothing_faults_at(p, SIZE);
 	}
 	fprintf(stderr, "populated ahead over the rounds: %llu MiB\n",
 		(unsigned long long)(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) - ahead0) >> 20);
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > ahead0,
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > ahead0,
 		     "no worker ever populated: the test did not test");
 	return bad;
 }

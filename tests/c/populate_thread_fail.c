@@ -15,13 +15,6 @@
 
 #define SIZE (256 * MiB)
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 static void knobs(const char *populate)
 {
 	hp_knob_set("mode", "thp");
@@ -35,11 +28,11 @@ static int child_no_worker(void)
 	knobs("2");
 	fault_pthread_create(EAGAIN);
 	int bad = pop_fresh_block_whole(SIZE, 1, NULL);
-	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "populate_threads should be 0");
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populated without a worker");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "populate_threads should be 0");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populated without a worker");
 	fault_pthread_create(0); /* threads may start again: not tried again */
 	bad |= pop_fresh_block_whole(SIZE, 2, NULL);
-	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "a worker was tried again");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_THREADS) == 0, "a worker was tried again");
 	return bad;
 }
 
@@ -50,8 +43,8 @@ static int child_one_of_two(void)
 	fault_pthread_create_after(2, EAGAIN);
 	int bad = pop_fresh_block_whole(SIZE, 3, pop_workers_populated);
 	fault_pthread_create(0);
-	bad |= check(harness_stat(HP_STAT_POPULATE_THREADS) == 1, "populate_threads should be 1");
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "the one worker populated nothing");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_THREADS) == 1, "populate_threads should be 1");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) > 0, "the one worker populated nothing");
 	return bad;
 }
 

@@ -19,13 +19,6 @@
 #endif
 #define SIZE (256 * MiB)
 
-static int check(bool ok, const char *what)
-{
-	if (!ok)
-		fprintf(stderr, "FAIL: %s\n", what);
-	return ok ? 0 : 1;
-}
-
 /* The worker tried MADV_POPULATE_WRITE once more than before this block. */
 static int refused_before;
 
@@ -58,10 +51,10 @@ static int child_einval(void)
 	int bad = block_tried_once(1);
 	int tried = fault_madvise_refused();
 	fprintf(stderr, "MADV_POPULATE_WRITE refused %d times on the first block\n", tried);
-	bad |= check(tried == 1, "a worker should try once, then stop");
+	bad |= harness_expect(tried == 1, "a worker should try once, then stop");
 	bad |= pop_fresh_block_whole(SIZE, 2, NULL); /* populate is off now: no job at all */
-	bad |= check(fault_madvise_refused() == tried, "populate was tried again on a kernel without it");
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
+	bad |= harness_expect(fault_madvise_refused() == tried, "populate was tried again on a kernel without it");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
 	return bad;
 }
 
@@ -71,10 +64,10 @@ static int child_enomem(void)
 	fault_madvise(MADV_POPULATE_WRITE, ENOMEM);
 	int bad = block_tried_once(3);
 	int tried = fault_madvise_refused();
-	bad |= check(tried == 1, "a worker should try once, then end the job");
+	bad |= harness_expect(tried == 1, "a worker should try once, then end the job");
 	bad |= block_tried_once(4); /* a limit is no kernel's lack: tried again, ends again */
-	bad |= check(fault_madvise_refused() == tried + 1, "the next block's job was not tried once");
-	bad |= check(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
+	bad |= harness_expect(fault_madvise_refused() == tried + 1, "the next block's job was not tried once");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_AHEAD_BYTES) == 0, "populate_ahead_bytes should be 0");
 	return bad;
 }
 
