@@ -245,6 +245,13 @@ enum hp_stat {
 	HP_STAT_MEMCG_LIBC_BLOCKS,  /* requests for a fresh THP block that did not fit
 				       under that limit, served from the free memory
 				       libc held (as without hpalloc) */
+	HP_STAT_POPULATE_SMALL_FIRST, /* fresh blocks the populate workers faulted at
+				       4 KiB first (knob populate_pages), to collapse */
+	HP_STAT_POPULATE_COLLAPSED_BYTES, /* of those, bytes the workers collapsed to
+					     2 MiB pages behind the program */
+	HP_STAT_POPULATE_SMALL_DROPPED_BYTES, /* of those, freed before their collapse:
+					     bytes of the ranges the cache dropped
+					     (the 4 KiB pages in them) as they went in */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

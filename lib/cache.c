@@ -182,11 +182,18 @@ void cache_offer(struct hp_block *b)
 }
 
 /* A guess without the lock: cache_max may change meanwhile, and
- * b->reclaimable stays true either way. */
-void cache_before_put(struct hp_block *b)
+ * b->reclaimable stays true either way.  [small_off, +small_len): pages a
+ * populate job faulted at 4 KiB first and had not collapsed yet
+ * (populate_forget): kept, the block would be handed out on them again
+ * and again, as long as it is reused; dropped, its next owner faults that
+ * part on huge pages, once.  On a VM that reports free memory those are
+ * cold 2 MiB pages (the 4 KiB ones given back here do not make a warm one):
+ * the cost moves to the first reuse, docs/benchmarks.md has it measured. */
+void cache_before_put(struct hp_block *b, size_t small_off, size_t small_len)
 {
 	if (b->map.backend != HP_BACKEND_THP || b->map.len > (size_t)hp_knob(KNOB_CACHE_MAX))
 		return; /* it will not be cached */
+	stat_add(HP_STAT_POPULATE_SMALL_DROPPED_BYTES, os_drop(&b->map, small_off, small_len));
 	if (memcg_bound_on())
 		memcg_headroom(MEMCG_FRESH_MS); /* the usage, for cache_put's bound */
 	cache_offer(b);

@@ -289,10 +289,11 @@ void hp_free(void *ptr)
 	}
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
-	populate_forget(ptr); /* no worker inside it from here on */
+	size_t small_off, small_len;
+	populate_forget(ptr, &small_off, &small_len); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
 	if (b && !inherited(b))
-		cache_before_put(b); /* still live: the caller's alone */
+		cache_before_put(b, small_off, small_len); /* still live: the caller's alone */
 	pthread_mutex_lock(&hp_heap_lock);
 	b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;
@@ -373,7 +374,7 @@ void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 	}
 	if (b->map.backend != HP_BACKEND_THP || forced(ctx))
 		return NULL;
-	populate_forget(b->map.addr); /* it may move */
+	populate_forget(b->map.addr, NULL, NULL); /* it may move, its pages as they are */
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_find(b->map.addr, true);
 	pthread_mutex_unlock(&hp_heap_lock);

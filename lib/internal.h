@@ -122,6 +122,7 @@ enum hp_knob_id {
 	KNOB_POPULATE,
 	KNOB_CACHE_MEMCG,
 	KNOB_GUARD,
+	KNOB_POPULATE_PAGES,
 #ifdef HP_TEST_KNOB
 	KNOB_TEST, /* the test-only build's knob (tests/cli/knob-two-places.sh) */
 #endif
@@ -130,6 +131,7 @@ enum hp_knob_id {
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
 enum hp_fallback { FALLBACK_THP, FALLBACK_SMALL, FALLBACK_FAIL };
 enum hp_guard { GUARD_READ, GUARD_FAULT };
+enum hp_populate_pages { POP_PAGES_AUTO, POP_PAGES_2M, POP_PAGES_4K };
 /* pagesize knob value: 0 = auto, else bytes */
 /* populate knob value: 0 = off, 1..HP_POPULATE_MAX threads, or auto */
 #define HP_POPULATE_MAX 64
@@ -271,6 +273,13 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * cuts, os.c says why), 0 for hugetlb (not anonymous memory, and not
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
+
+/* Bytes [off, off + len) of THP block m dropped now (MADV_DONTNEED): they
+ * read as zeros and are faulted afresh at the next touch, on huge pages
+ * where the block's advice allows.  off a multiple of 2 MiB (advice on part
+ * of a huge page splits it), on a block nobody else can reach.  The bytes
+ * dropped: len, or 0 where the kernel refused. */
+HP_HIDDEN size_t os_drop(const struct hp_map *m, size_t off, size_t len);
 
 /* ---- numa.c: a mapping placed -------------------------------------------------- */
 /* Give a fresh mapping (never touched) placement p: mbind, and for a bind
@@ -417,7 +426,7 @@ HP_HIDDEN struct hp_block *cache_take_backend(int backend);
 HP_HIDDEN bool cache_before_map(int backend, size_t size, bool libc_may);
 /* hp_free: b (live, the caller's alone, not inherited) may be cached: if
  * so, a fresh look at the cgroup's usage, and cache_offer(). */
-HP_HIDDEN void cache_before_put(struct hp_block *b);
+HP_HIDDEN void cache_before_put(struct hp_block *b, size_t small_off, size_t small_len);
 /* THP block b (the caller's, about to be cached) is offered to the kernel
  * (MADV_FREE), unless libc would have kept it resident (cache.c says why). */
 HP_HIDDEN void cache_offer(struct hp_block *b);
@@ -596,8 +605,10 @@ HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to rele
  * touch it from its start. */
 HP_HIDDEN void populate_watch(const struct hp_map *m);
 /* The block at addr leaves the registry (freed, resized): its job ends,
- * and this returns once no worker is inside it.  Cancellation disabled. */
-HP_HIDDEN void populate_forget(const void *addr);
+ * and this returns once no worker is inside it.  Cancellation disabled.
+ * *small_off, *small_len (may be NULL): the part that may still be on the
+ * 4 KiB pages it was faulted at first, not collapsed yet (length 0: none). */
+HP_HIDDEN void populate_forget(const void *addr, size_t *small_off, size_t *small_len);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];

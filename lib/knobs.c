@@ -133,6 +133,14 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
+	/* 2M: a block is on huge pages as soon as the program wrote it, as
+	 * users (and hpalloc's tests) read smaps right after.  auto and 4K win
+	 * the cold first touch where free pages are reported (populate.c) but
+	 * reach huge pages seconds later, after the worker's collapse. */
+	[KNOB_POPULATE_PAGES] = {"populate_pages", "choice",
+		"pages of the first touch of a fresh THP block that populate workers follow: 2M (huge pages from the first fault), 4K (4 KiB pages first, the workers collapse them to 2 MiB behind the program), auto (4K where the block's worker measures a 2 MiB fault dearer than 2 MiB of 4 KiB faults, else 2M)",
+		"one of: auto 2M 4K", "auto 2M 4K", "2M",
+		0, 2, parse_choice, format_choice},
 #ifdef HP_TEST_KNOB
 	/* A knob is its enum entry (internal.h) and its row here: the test-only
 	 * build adds this one and tests/cli/knob-two-places.sh finds it in hpctl

@@ -246,6 +246,18 @@ size_t os_lazyfree(const struct hp_map *m)
 	return 0;
 }
 
+size_t os_drop(const struct hp_map *m, size_t off, size_t len)
+{
+	if (m->backend != HP_BACKEND_THP || !len || off % HP_THP_SIZE || off >= m->len)
+		return 0;
+	if (len > m->len - off)
+		len = m->len - off;
+	if (prim_advise((char *)m->addr + off, len, MADV_DONTNEED) == 0)
+		return len;
+	hp_log(2, "MADV_DONTNEED of %p (%zu bytes) failed: %s", (char *)m->addr + off, len, strerror(errno));
+	return 0;
+}
+
 int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 {
 	char *p = m->addr;

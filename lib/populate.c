@@ -8,11 +8,23 @@
  * many cores sit idle -- 1 GiB of 2 MiB pages in 0.3-1.5 s on this
  * project's 2-core VM, 12.3 GB/s per thread on bare metal (the kernel's
  * `perf bench mem mmap`), while memory bandwidth takes several times that.
- * QEMU's prealloc-threads fault guest memory in that way.  docs/benchmarks.md
- * gives the figures measured for this design: 4 KiB first faults and a
- * later MADV_COLLAPSE cost more in all than 2 MiB faults (the collapse
- * faults its huge pages afresh and copies), so blocks stay on huge pages
- * and the work is spread instead.
+ * QEMU's prealloc-threads fault guest memory in that way.
+ *
+ * Pages (knob populate_pages, issue 35).  Where the VM hands free memory
+ * back to its host, every fresh 2 MiB page is a reported, cold block the
+ * host backs again, while 4 KiB pages come from fragments first: a cold
+ * first touch at 4 KiB was measured 2-4 times cheaper per byte.  So a
+ * fresh THP block with a job may be faulted at 4 KiB first (MADV_NOHUGEPAGE
+ * until its job is over; the workers populate ahead at 4 KiB) and, once the
+ * program reached its end or stopped touching it, collapsed to 2 MiB pages
+ * by a worker (MADV_COLLAPSE, a chunk at a time, after any faulting ahead
+ * and within the memory bound below: a collapse charges its fresh huge page
+ * while the 4 KiB ones are still charged).  The collapse costs CPU time
+ * (1-3 s per GiB here) on a worker instead of the program's first touch.
+ * auto decides per block, off the program's path: the worker times 2 MiB
+ * samples against its 4 KiB chunks (enum phase).  The block goes with its
+ * huge-page advice back whenever its job ends or is forgotten, so the
+ * cache, a resize or a join of pieces sees a THP block as ever.
  *
  * What is populated -- never memory the program does not touch:
  *   - A fresh block of at least POP_MIN_BLOCK gets a job before heap.c
@@ -57,8 +69,9 @@
  *     thread's: populate_forget(), called by whichever thread takes the
  *     block out of the registry (heap.c: hp_free, a resize) before it does,
  *     ends the job and waits until no worker is inside it (at most one
- *     chunk's fault-in or one mincore).  So no block is cached, released,
- *     moved or unmapped under a worker.
+ *     chunk's fault-in or collapse, or one mincore; a block on 4 KiB pages
+ *     first gets its huge-page advice back there, from the caller).  So no
+ *     block is cached, released, moved or unmapped under a worker.
  *   - The caller never waits for a worker but in populate_forget(), which
  *     runs with cancellation disabled (hp_free's, resize's), and
  *     populate_watch() takes pop_lock only to fill a slot: nothing here is
@@ -91,6 +104,9 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
 
 #define POP_MIN_BLOCK (32 * HP_MiB) /* smaller: over before a worker could help */
 #define GROUP 8                      /* chunks per group, the first one the program's */
@@ -115,6 +131,7 @@ struct job {
 	bool watching;   /* chunks 0 and 1 not seen resident yet */
 	bool checking;   /* a worker is looking at its sentinels */
 	char *addr;
+	size_t len;      /* the block's bytes */
 	size_t chunk;    /* bytes per chunk */
 	size_t n;        /* chunks */
 	size_t pos;      /* the last group whose sentinel the program reached */
@@ -127,7 +144,31 @@ struct job {
 	unsigned poll_us;
 	unsigned gen;            /* tells a worker's last job from a new one in the slot */
 	struct numa_home origin;
+	/* 4 KiB first ("Pages" above) */
+	bool small;      /* faulted at 4 KiB first: collapsed once the program is done */
+	size_t small_end; /* bytes [0, small_end) may be on 4 KiB pages (auto: HUGE since) */
+	bool advised;    /* MADV_HUGEPAGE given back to the whole block */
+	int phase;       /* auto's (enum phase) */
+	int run;         /* 2 MiB samples in a row that point to the other phase */
+	bool sampling;   /* a 2 MiB sample is being taken (one at a time) */
+	uint64_t small_ns, small_n; /* CPU time and number of its 4 KiB fault-ins */
+	bool collapsing; /* the program is done: chunks [cnext, cend) to collapse */
+	bool collapse_busy;
+	size_t cnext, cend;
 };
+
+/* auto, per block: 4 KiB pages first (SAMPLING: after the first 4 KiB
+ * chunk, each worker fault-in is a 2 MiB sample); RUN samples in a row no
+ * dearer than the block's 4 KiB chunks put the rest of it on huge pages
+ * (HUGE, where every fault-in is a sample), one dearer keeps it on 4 KiB
+ * pages (SMALL, final); in HUGE, RUN dearer ones in a row put the rest back
+ * on 4 KiB pages (SMALL).  What one 2 MiB fault costs depends on which
+ * block the kernel hands out: freshly freed ones first (warm), then the
+ * reported, cold ones -- measured here, cold: 0.2 ms for the first few,
+ * then 7-11 ms each; 4 KiB faults 0.6-1 ms per 2 MiB throughout.  So a
+ * verdict is never final while the block is on huge pages. */
+enum phase { FIXED, SAMPLING, HUGE, SMALL };
+#define RUN 3
 
 static pthread_mutex_t pop_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* a job, or a job's news */
@@ -139,6 +180,7 @@ static int started;              /* workers created (pop_lock) */
 static bool forking;             /* a fork waits for the workers to leave their jobs (pop_lock) */
 static bool create_failed;       /* one could not be: not tried again */
 static _Atomic bool unsupported; /* no MADV_POPULATE_WRITE in this kernel */
+static _Atomic bool no_collapse; /* no MADV_COLLAPSE in this kernel: never 4 KiB first */
 
 static uint64_t clock_us(clockid_t clock)
 {
@@ -218,7 +260,7 @@ static size_t ahead_chunks(const struct job *j)
  * the same chunk as they do, chunk after chunk. */
 static bool claim(struct job *j, size_t *chunk, size_t room)
 {
-	if (j->dead || j->watching || room < j->chunk)
+	if (j->dead || j->watching || j->collapsing || room < j->chunk)
 		return false;
 	size_t r = reached(j);
 	if (j->hi < r) /* the program is past the batch: what is left is behind it */
@@ -268,6 +310,23 @@ static void job_end_locked(struct job *j)
 		job_free_locked(j);
 }
 
+/* pop_lock held: the program is done with the block (upto: the chunks it
+ * or the workers faulted), or the job cannot go on (upto 0).  A block
+ * faulted at 4 KiB first is not done with yet: its advice is given back
+ * and chunks [0, upto) collapsed, one worker step at a time (collapse_step()). */
+static void job_over_locked(struct job *j, size_t upto)
+{
+	if (!j->small || j->dead) {
+		job_end_locked(j);
+		return;
+	}
+	if (j->collapsing)
+		return;
+	j->collapsing = true;
+	j->cnext = 0;
+	j->cend = upto < j->n ? upto : j->n;
+}
+
 /* What a look at the sentinels found (unlocked, the job pinned by inflight). */
 struct sighting {
 	bool started;   /* watching: chunks 0 and 1 resident */
@@ -315,14 +374,17 @@ static void apply(struct job *j, const struct sighting *s, uint64_t now)
 	}
 	if (s->finished) { /* the program reached the end: the rest was used */
 		credit(j, j->pos, ngroups(j));
-		job_end_locked(j);
+		job_over_locked(j, j->n);
 		return;
 	}
 	if (moved) {
 		j->progress_ms = now / 1000;
 		j->poll_us = POLL_MIN_US;
 	} else if (now / 1000 - j->progress_ms > POP_IDLE_MS) {
-		job_end_locked(j); /* sparse, elsewhere, or not yet: not ours to guess */
+		/* sparse, elsewhere, or not yet: not ours to guess; what the
+		 * program and the workers faulted, it has stopped touching */
+		size_t r = j->watching ? 0 : reached(j);
+		job_over_locked(j, j->hi > r ? j->hi : r);
 		return;
 	} else {
 		j->poll_us = j->poll_us * 2 < POLL_MAX_US ? j->poll_us * 2 : POLL_MAX_US;
@@ -354,7 +416,7 @@ static size_t read_free(void)
 static bool populating(void)
 {
 	for (int i = 0; i < MAX_JOBS; i++)
-		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching)
+		if (jobs[i].used && !jobs[i].dead && (!jobs[i].watching || jobs[i].collapsing))
 			return true;
 	return false;
 }
@@ -383,19 +445,44 @@ static size_t room_left(void)
 		return SIZE_MAX;
 	size_t ahead = 0, share = mem_free / 100 * POP_HEADROOM_PCT;
 	for (int i = 0; i < MAX_JOBS; i++)
-		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching)
+		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching && !jobs[i].collapsing)
 			ahead += ahead_chunks(&jobs[i]) * jobs[i].chunk;
 	return share > ahead ? share - ahead : 0;
 }
 
 /* ---- the workers ------------------------------------------------------------------ */
 
-enum { NOTHING, FAULT, LOOK };
+enum { NOTHING, FAULT, LOOK, COLLAPSE };
+#define ADVISE_STEP SIZE_MAX /* a collapse step that gives the block its advice back */
 
-/* pop_lock held: work for a worker, or how long (µs) until there may be. */
+/* pop_lock held: a collapsing job's next step, if it has one now; a job
+ * whose steps are over, or for which the memory bound leaves no room for
+ * a collapse's fresh huge page (charged while the 4 KiB pages it copies
+ * still are), ends -- khugepaged may collapse the rest, as it would
+ * without workers. */
+static bool collapse_step(struct job *j, size_t *chunk, size_t room)
+{
+	if (j->collapse_busy)
+		return false;
+	if (!j->advised) {
+		*chunk = ADVISE_STEP;
+		return true;
+	}
+	if (j->cnext >= j->cend || room < j->chunk) {
+		job_end_locked(j);
+		return false;
+	}
+	*chunk = j->cnext++;
+	return true;
+}
+
+/* pop_lock held: work for a worker, or how long (µs) until there may be.
+ * Faulting ahead of a program first, then looking where it is; a collapse
+ * behind it only when neither waits. */
 static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 {
 	uint64_t now = now_us(), soonest = UINT64_MAX;
+	struct job *behind = NULL;
 
 	*wait_us = 0;
 	if (forking)
@@ -405,6 +492,11 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
 			continue;
+		if (j->collapsing) {
+			if (!behind)
+				behind = j;
+			continue;
+		}
 		if (claim(j, chunk, room)) {
 			*out = j;
 			return FAULT;
@@ -417,6 +509,13 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 		}
 		if (j->check_at_us < soonest)
 			soonest = j->check_at_us;
+	}
+	for (int i = 0; behind && i < MAX_JOBS; i++) {
+		struct job *j = &jobs[i];
+		if (j->used && !j->dead && j->collapsing && collapse_step(j, chunk, room)) {
+			*out = j;
+			return COLLAPSE;
+		}
 	}
 	*wait_us = soonest == UINT64_MAX ? 0 : soonest - now;
 	return NOTHING;
@@ -432,31 +531,100 @@ static void timed_wait(uint64_t wait_us)
 	pthread_cond_timedwait(&work_cond, &pop_lock, &ts);
 }
 
-/* Unlocked, the job pinned: one chunk faulted in, under the placement the
- * program's own faults would have (numa.c), which this worker takes on
- * when its job changes.  0, or an errno. */
-static int fault_in(struct job *j, size_t c, unsigned gen, unsigned *last_gen, uint64_t *ns)
+/* Unlocked, the job pinned: the placement the program's own faults would
+ * have (numa.c), which this worker takes on when its job changes.  */
+static int follow(struct job *j, unsigned gen, unsigned *last_gen)
 {
-	if (gen != *last_gen) {
-		if (numa_home_follow(&j->origin) < 0)
-			return EXDEV; /* cannot fault where the program would: leave it */
-		*last_gen = gen;
-	}
+	if (gen == *last_gen)
+		return 0;
+	if (numa_home_follow(&j->origin) < 0)
+		return EXDEV; /* cannot fault where the program would: leave it */
+	*last_gen = gen;
+	return 0;
+}
+
+/* Unlocked, the job pinned: one chunk faulted in -- as a huge page for
+ * the auto probe's 2 MiB measurement (probe), which gives the chunk its
+ * own advice.  0, or an errno. */
+static int fault_in(struct job *j, size_t c, bool probe, unsigned gen, unsigned *last_gen, uint64_t *ns)
+{
+	int err = follow(j, gen, last_gen);
+	if (err)
+		return err;
 	if (resident(j, c))
 		return EEXIST; /* the program is there already */
+	char *at = j->addr + c * j->chunk;
+	if (probe)
+		prim_advise(at, j->chunk, MADV_HUGEPAGE);
 	/* the worker's CPU time, not the wall clock: on a busy machine a worker
-	 * waiting for a CPU saves the program nothing */
+	 * waiting for a CPU saves the program nothing (and a VM's host backing
+	 * a cold page stalls the vCPU: counted) */
 	uint64_t t0 = clock_us(CLOCK_THREAD_CPUTIME_ID);
-	int rc = prim_advise(j->addr + c * j->chunk, j->chunk, MADV_POPULATE_WRITE);
+	int rc = prim_advise(at, j->chunk, MADV_POPULATE_WRITE);
 	*ns = (clock_us(CLOCK_THREAD_CPUTIME_ID) - t0) * 1000;
 	return rc < 0 ? errno : 0;
 }
 
-/* pop_lock held: a fault-in done (err 0) or failed. */
-static void fault_done(struct job *j, size_t c, int err, uint64_t ns)
+/* Unlocked, the job pinned: auto's next phase after a 2 MiB sample of ns
+ * against the block's 4 KiB chunks so far (mean_4k), in phase with run
+ * samples in a row already pointing away; from: the first chunk no worker
+ * claimed yet.  The block's advice changes here: the phase stays if it
+ * cannot. */
+static int judge(struct job *j, int phase, int run, uint64_t mean_4k, uint64_t ns, size_t from, bool *away)
+{
+	bool dear = ns > mean_4k;
+	*away = phase == SAMPLING ? true : dear;
+	if (phase == SAMPLING && dear)
+		return SMALL;
+	if (!*away || run + 1 < RUN)
+		return phase;
+	int to = phase == SAMPLING ? HUGE : SMALL;
+	hp_log(2, "populate %p: a 2 MiB fault %llu us, 2 MiB of 4 KiB faults %llu us: %s from chunk %zu",
+	       (void *)j->addr, (unsigned long long)(ns / 1000), (unsigned long long)(mean_4k / 1000),
+	       to == HUGE ? "huge pages" : "4 KiB pages", to == HUGE ? (size_t)0 : from);
+	if (to == HUGE)
+		return prim_advise(j->addr, j->len, MADV_HUGEPAGE) == 0 ? HUGE : phase;
+	size_t off = from * j->chunk;
+	return off >= j->len || prim_advise(j->addr + off, j->len - off, MADV_NOHUGEPAGE) == 0 ? SMALL : phase;
+}
+
+/* pop_lock held: auto's verdict turned HUGE after sample chunk c, its
+ * advice given back to the whole block: the chunks faulted before it, the
+ * program's (at most a group beyond the sentinel it was seen at) and the
+ * workers', may be on 4 KiB pages; everything after faults on huge ones. */
+static size_t small_upto(const struct job *j, size_t c)
+{
+	size_t upto = (j->pos + 2) * GROUP;
+	if (upto < j->hi)
+		upto = j->hi;
+	if (upto < c + 1)
+		upto = c + 1;
+	return upto < j->n ? upto : j->n;
+}
+
+/* pop_lock held: a fault-in done (err 0) or failed; sample: whether it was
+ * auto's 2 MiB sample, and then the phase judge() found and whether it
+ * pointed away from the one the job is in. */
+static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sample, int phase, bool away)
 {
 	size_t g = c / GROUP;
 
+	if (sample) { /* (one that failed: the next one samples again) */
+		j->sampling = false;
+		if (err == 0 && phase != j->phase) {
+			j->run = 0;
+			j->phase = phase;
+			j->advised = phase == HUGE;
+			j->small_end = phase == HUGE ? small_upto(j, c) * j->chunk : j->len;
+			if (phase == SMALL)
+				stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
+		} else if (err == 0) {
+			j->run = away ? j->run + 1 : 0;
+		}
+	} else if (err == 0 && j->small && !j->advised) {
+		j->small_ns += ns;
+		j->small_n++;
+	}
 	if (err == 0) {
 		stat_add(HP_STAT_POPULATE_AHEAD_BYTES, j->chunk);
 		if (g < j->pos)
@@ -470,7 +638,7 @@ static void fault_done(struct job *j, size_t c, int err, uint64_t ns)
 	if (err == EINVAL)
 		atomic_store(&unsupported, true);
 	if (!j->dead) /* ENOMEM (a memory limit), EINVAL: the program faults the rest */
-		job_end_locked(j);
+		job_over_locked(j, 0);
 }
 
 /* pop_lock held: a worker leaves a job it pinned; the last one out of a
@@ -484,19 +652,68 @@ static void unpin(struct job *j)
 	pthread_cond_broadcast(&idle_cond);
 }
 
+/* pop_lock held: whether a fault-in of the job is auto's 2 MiB sample. */
+static bool sample_now(struct job *j)
+{
+	if (j->sampling || (j->phase != HUGE && (j->phase != SAMPLING || !j->small_n)))
+		return false;
+	j->sampling = true;
+	return true;
+}
+
 /* pop_lock held on entry and exit, not in between. */
 static void do_fault(struct job *j, size_t c, unsigned *last_gen)
 {
 	uint64_t ns = 0;
 	unsigned gen = j->gen;
+	bool sample = sample_now(j);
+	uint64_t mean_4k = j->small_n ? j->small_ns / j->small_n : 0;
+	int phase = j->phase, run = j->run;
+	size_t from = j->hi;
+	bool away = false;
 
 	j->inflight++;
 	pthread_mutex_unlock(&pop_lock);
-	int err = fault_in(j, c, gen, last_gen, &ns);
+	int err = fault_in(j, c, sample && phase == SAMPLING, gen, last_gen, &ns);
 	if (err == EINVAL)
 		hp_log(1, "no MADV_POPULATE_WRITE in this kernel: populate is off");
+	if (err == 0 && sample)
+		phase = judge(j, phase, run, mean_4k, ns, from, &away);
 	pthread_mutex_lock(&pop_lock);
-	fault_done(j, c, err, ns);
+	fault_done(j, c, err, ns, sample, phase, away);
+	unpin(j);
+}
+
+/* pop_lock held on entry and exit, not in between: a collapsing job's
+ * step -- the block's advice given back, or one chunk collapsed (2 MiB at
+ * a time, so the program, a fork or a free waits for one at most). */
+static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
+{
+	unsigned gen = j->gen;
+	int err = 0;
+
+	j->inflight++;
+	j->collapse_busy = true;
+	pthread_mutex_unlock(&pop_lock);
+	if (c == ADVISE_STEP)
+		err = prim_advise(j->addr, j->len, MADV_HUGEPAGE) < 0 ? errno : 0;
+	else if (!(err = follow(j, gen, last_gen)))
+		err = prim_advise(j->addr + c * j->chunk, j->chunk, MADV_COLLAPSE) < 0 ? errno : 0;
+	if (c != ADVISE_STEP && err == 0)
+		stat_add(HP_STAT_POPULATE_COLLAPSED_BYTES, j->chunk);
+	pthread_mutex_lock(&pop_lock);
+	j->collapse_busy = false;
+	if (c == ADVISE_STEP) {
+		j->advised = true;
+		if (err) /* the block stays on 4 KiB pages (a VMA count limit) */
+			j->cend = 0;
+	} else if (err == EINVAL && c == 0) {
+		/* chunk 0 is the program's, resident: no MADV_COLLAPSE here */
+		atomic_store(&no_collapse, true);
+		j->cend = 0;
+	} else if (err == ENOMEM || err == EBUSY) {
+		j->cend = 0; /* no huge page, or no room under the cgroup's limit */
+	}
 	unpin(j);
 }
 
@@ -512,7 +729,7 @@ static void do_look(struct job *j)
 	look(j, pos, watching, &s);
 	pthread_mutex_lock(&pop_lock);
 	j->checking = false;
-	if (!j->dead)
+	if (!j->dead && !j->collapsing)
 		apply(j, &s, now_us());
 	unpin(j);
 	pthread_cond_broadcast(&work_cond); /* the other workers: new chunks maybe */
@@ -534,6 +751,8 @@ static void *worker_main(void *arg)
 		int what = index < wanted_threads() ? pick(&j, &c, &wait_us) : NOTHING;
 		if (what == FAULT)
 			do_fault(j, c, &last_gen);
+		else if (what == COLLAPSE)
+			do_collapse(j, c, &last_gen);
 		else if (what == LOOK)
 			do_look(j);
 		else if (wait_us)
@@ -577,11 +796,26 @@ static bool workers_up(int want)
 
 /* ---- the heap's calls ------------------------------------------------------------ */
 
+/* A fresh THP block's pages until the workers collapse them: 4 KiB
+ * (true) where populate_pages says so, and a kernel collapses. */
+static bool small_first(const struct hp_map *m, int *phase)
+{
+	int pages = (int)hp_knob(KNOB_POPULATE_PAGES);
+	*phase = FIXED;
+	if (m->backend != HP_BACKEND_THP || pages == POP_PAGES_2M ||
+	    atomic_load_explicit(&no_collapse, memory_order_relaxed))
+		return false;
+	if (pages == POP_PAGES_AUTO)
+		*phase = SAMPLING;
+	return true;
+}
+
 void populate_watch(const struct hp_map *m)
 {
-	HP_ERRNO_SAVE; /* mincore, pthread_create, clock_gettime */
-	int want = wanted_threads();
+	HP_ERRNO_SAVE; /* mincore, pthread_create, clock_gettime, madvise */
+	int want = wanted_threads(), phase;
 	size_t chunk = m->kernel_page_size > HP_THP_SIZE ? m->kernel_page_size : HP_THP_SIZE;
+	bool made = false;
 
 	if (!want || m->len < POP_MIN_BLOCK || m->len / chunk < 2 * GROUP ||
 	    atomic_load_explicit(&unsupported, memory_order_relaxed))
@@ -601,30 +835,58 @@ void populate_watch(const struct hp_map *m)
 		uint64_t now = now_us();
 		if (++job_gen == 0) /* 0 is a worker's "no job yet" */
 			job_gen = 1;
-		*j = (struct job){.used = true, .watching = true, .addr = m->addr, .chunk = chunk,
-				  .n = m->len / chunk, .progress_ms = now / 1000,
+		bool small = small_first(m, &phase);
+		*j = (struct job){.used = true, .watching = true, .addr = m->addr, .len = m->len,
+				  .chunk = chunk, .n = m->len / chunk, .progress_ms = now / 1000,
 				  .check_at_us = now + POLL_MIN_US, .poll_us = POLL_MIN_US,
-				  .gen = job_gen, .origin = origin};
+				  .gen = job_gen, .origin = origin,
+				  .small = small, .small_end = small ? m->len : 0,
+				  .advised = !small, .phase = phase};
 		atomic_fetch_add_explicit(&njobs, 1, memory_order_relaxed);
 		pthread_cond_broadcast(&work_cond);
+		made = small;
+		if (small && phase == FIXED)
+			stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
 	}
 	pthread_mutex_unlock(&pop_lock);
+	/* Before the program has the block: its first touch at 4 KiB.  Nothing
+	 * is faulted yet, and the job's worker gives the advice back (or
+	 * populate_forget does).  Failing (a VMA count limit), the block stays
+	 * on huge pages: its collapse steps find them so. */
+	if (made && prim_advise(m->addr, m->len, MADV_NOHUGEPAGE) < 0)
+		hp_log(1, "populate: no 4 KiB first for %p: %s", m->addr, strerror(errno));
 	HP_ERRNO_RESTORE;
 }
 
-void populate_forget(const void *addr)
+void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
 {
+	bool advise = false;
+	size_t len = 0, from = 0, to = 0;
+
+	if (small_off)
+		*small_off = *small_len = 0;
 	if (likely(!atomic_load_explicit(&njobs, memory_order_relaxed)))
 		return;
+	HP_ERRNO_SAVE; /* madvise */
 	pthread_mutex_lock(&pop_lock);
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (!j->used || j->addr != addr)
 			continue;
+		len = j->len;
+		/* a block faulted at 4 KiB first leaves with its advice back
+		 * (again, if its worker gave it): the cache, a resize or a join of
+		 * pieces needs the VMA a THP block has */
+		advise = j->small;
+		/* may still be on 4 KiB pages: what no collapse step has reached
+		 * (one in flight ends before this returns; the slot may then
+		 * serve another block: read now) */
+		from = j->collapsing ? j->cnext * j->chunk : 0;
+		to = j->small ? j->small_end : 0;
 		unsigned gen = j->gen;
 		j->dead = true;
-		/* a chunk's fault-in or a mincore: milliseconds.  The last worker
-		 * out frees the slot, which may then serve another block. */
+		/* a chunk's fault-in or collapse, or a mincore: milliseconds.  The
+		 * last worker out frees the slot, which may then serve another block. */
 		while (j->used && j->gen == gen && j->inflight)
 			pthread_cond_wait(&idle_cond, &pop_lock);
 		if (j->used && j->gen == gen)
@@ -632,6 +894,13 @@ void populate_forget(const void *addr)
 		break;
 	}
 	pthread_mutex_unlock(&pop_lock);
+	if (advise)
+		prim_advise((void *)addr, len, MADV_HUGEPAGE);
+	if (small_off && to > from) {
+		*small_off = from;
+		*small_len = to - from;
+	}
+	HP_ERRNO_RESTORE;
 }
 
 /* pop_lock held: any worker inside a job (a look or a fault-in)? */
@@ -666,6 +935,13 @@ void populate_fork(int phase)
 	forking = false;
 	pthread_cond_init(&work_cond, NULL);
 	pthread_cond_init(&idle_cond, NULL);
+	/* the child's copies of blocks on 4 KiB pages first: nobody collapses
+	 * them here, so their later faults at least are on huge pages */
+	HP_ERRNO_SAVE;
+	for (int i = 0; i < MAX_JOBS; i++)
+		if (jobs[i].used && jobs[i].small)
+			prim_advise(jobs[i].addr, jobs[i].len, MADV_HUGEPAGE);
+	HP_ERRNO_RESTORE;
 	memset(jobs, 0, sizeof(jobs));
 	mem_free = SIZE_MAX;
 	mem_read_ms = 0;

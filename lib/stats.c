@@ -58,6 +58,9 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_THP_SPLITS_SEEN] = "thp_splits_seen",
 	[HP_STAT_THP_UNDERUSED_SPLITS_SEEN] = "thp_underused_splits_seen",
 	[HP_STAT_MEMCG_LIBC_BLOCKS] = "memcg_libc_blocks",
+	[HP_STAT_POPULATE_SMALL_FIRST] = "populate_small_first",
+	[HP_STAT_POPULATE_COLLAPSED_BYTES] = "populate_collapsed_bytes",
+	[HP_STAT_POPULATE_SMALL_DROPPED_BYTES] = "populate_small_dropped_bytes",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

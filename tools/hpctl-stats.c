@@ -266,9 +266,13 @@ static void print_long(const struct hp_proc *p)
 		printf("  (cannot tell from here whether it still runs: another pid "
 		       "namespace, or no /proc)\n");
 	printf("  stats:\n");
+	int width = 0; /* the values in one column, whatever names come */
+	for (int s = 0; s < HP_STAT_COUNT; s++)
+		if ((int)strlen(hp_stat_name(s)) > width)
+			width = (int)strlen(hp_stat_name(s));
 	for (int s = 0; s < HP_STAT_COUNT; s++)
 		if (p->stat_mask & ((uint64_t)1 << s))
-			printf("    %-24s %llu\n", hp_stat_name(s),
+			printf("    %-*s %llu\n", width, hp_stat_name(s),
 			       (unsigned long long)p->stats.v[s]);
 	printf("  knobs:\n");
 	for (int i = 0; i < p->nknobs; i++) {

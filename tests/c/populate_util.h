@@ -53,7 +53,8 @@ void pop_hold_require(void);
  * workers' cue -- the program waits for meanwhile() (if given) to say
  * that what the case expects of them happened (it waits up to 10 s
  * itself; false is a failure), so a case does not hang on who got a CPU
- * first.  Then checked: its data, and smaps says it is on huge pages.
+ * first.  Then checked: its data, and smaps says it is on huge pages (within 30 s: populate_pages
+ * may fault it at 4 KiB first and collapse it behind the program).
  * Freed.  0, or 1 with what went wrong said on stderr. */
 int pop_fresh_block_whole(size_t size, uint64_t seed, bool (*meanwhile)(void));
 /* meanwhile() for the usual case: the workers populated some of it. */

@@ -1,0 +1,208 @@
+/* The populate worker's collapse refused (populate_pages, lib/populate.c
+ * do_collapse; madvise interposed, fault.h).  A block faulted at 4 KiB
+ * first is collapsed by its worker with MADV_COLLAPSE, which can fail:
+ *   - ENOMEM (no free huge page, or no room under a memory cgroup's
+ *     limit): the job ends, the block stays as it is, its data intact,
+ *     freed as any; the worker is not stuck -- the next block, with the
+ *     refusal lifted, is collapsed as ever;
+ *   - EINVAL (a kernel without MADV_COLLAPSE): the same, and no block is
+ *     faulted at 4 KiB first again: the next one is on huge pages from its
+ *     first fault (smaps).
+ * And the cache's drop of a block freed before its collapse refused
+ * (MADV_DONTNEED: EINVAL on a range mlock()ed, e.g. under
+ * mlockall(MCL_FUTURE)): the block is cached with its 4 KiB pages as they
+ * are and reused from the cache, the data written anew intact; with the
+ * refusal lifted the next block's pages are dropped as ever.
+ * Each case in a fresh process. */
+#include "harness.h"
+#include "fault.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#define SIZE (64 * MiB)
+#define FIRST (4 * MiB) /* the workers' cue */
+
+static int knobs_cache(const char *cache_max)
+{
+	hp_knob_set("mode", "thp");
+	hp_knob_set("threshold", "1M");
+	hp_knob_set("cache_max", cache_max);
+	hp_knob_set("uring", "off");
+	hp_knob_set("populate", "1");
+	if (hp_knob_set("populate_pages", "4K") != 0) {
+		fprintf(stderr, "FAIL: populate_pages=4K refused: %s\n", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+static int knobs(void)
+{
+	return knobs_cache("0");
+}
+
+/* Up to ms until the interposed madvise has refused more than before. */
+static bool refused_within(int before, unsigned ms)
+{
+	uint64_t end = harness_now_ms() + ms;
+	while (fault_madvise_refused() <= before && harness_now_ms() < end)
+		harness_sleep_ms(10);
+	return fault_madvise_refused() > before;
+}
+
+/* A block written whole while MADV_COLLAPSE says err: refused at least
+ * once, its data intact, freed. */
+static int refused_block(int err, uint64_t seed)
+{
+	fault_madvise(MADV_COLLAPSE, err);
+	int before = fault_madvise_refused();
+	char *p = hp_malloc(SIZE);
+	if (!p)
+		return harness_expect(false, "hp_malloc failed");
+	harness_fill_slowly(p, SIZE, seed, 0);
+	int bad = harness_expect(refused_within(before, 10000),
+			"no MADV_COLLAPSE was refused within 10 s: the test did not test");
+	harness_sleep_ms(200); /* the job's end, after its refusal */
+	fprintf(stderr, "MADV_COLLAPSE refused (%s) %d times; the block's AnonHugePages %zu MiB\n",
+		strerror(err), fault_madvise_refused() - before, harness_anon_huge(p, SIZE) >> 20);
+	bad |= harness_expect(harness_check_filled(p, SIZE, seed) == SIZE_MAX, "the block lost data");
+	hp_free(p);
+	bad |= harness_expect(harness_mapped(p, SIZE) == 0, "the block is still mapped after its free (cache_max=0)");
+	fault_madvise(MADV_COLLAPSE, 0);
+	return bad;
+}
+
+static int child_enomem(void)
+{
+	if (knobs())
+		return 1;
+	int bad = refused_block(ENOMEM, 1);
+	char *q = hp_malloc(SIZE);
+	if (!q)
+		return harness_expect(false, "hp_malloc failed");
+	harness_fill_slowly(q, SIZE, 2, 0);
+	bool huge = harness_huge_within(q, SIZE, 30000);
+	fprintf(stderr, "the next block, the refusal lifted: AnonHugePages %zu MiB\n", harness_anon_huge(q, SIZE) >> 20);
+	bad |= harness_expect(huge, "the next block was not collapsed within 30 s: the worker is stuck");
+	bad |= harness_expect(harness_check_filled(q, SIZE, 2) == SIZE_MAX, "the next block lost data");
+	hp_free(q);
+	return bad;
+}
+
+static int child_einval(void)
+{
+	if (knobs())
+		return 1;
+	int bad = refused_block(EINVAL, 3);
+	int refused = fault_madvise_refused();
+	fault_madvise(MADV_COLLAPSE, EINVAL); /* still none: it must not be asked again */
+	char *q = hp_malloc(SIZE);
+	if (!q)
+		return harness_expect(false, "hp_malloc failed");
+	harness_fill_slowly(q, FIRST, 4, 0);
+	size_t first = harness_anon_huge(q, FIRST);
+	harness_fill_slowly(q + FIRST, SIZE - FIRST, 5, 0);
+	harness_sleep_ms(300);
+	fprintf(stderr, "the next block's first %zu MiB: AnonHugePages %zu KiB; MADV_COLLAPSE asked %d more times\n",
+		(size_t)FIRST >> 20, first >> 10, fault_madvise_refused() - refused);
+	bad |= harness_expect(first > 0, "a block was faulted at 4 KiB first on a kernel without MADV_COLLAPSE");
+	bad |= harness_expect(fault_madvise_refused() == refused, "MADV_COLLAPSE was asked again on a kernel without it");
+	bad |= harness_expect(harness_check_filled(q, FIRST, 4) == SIZE_MAX &&
+		     harness_check_filled(q + FIRST, SIZE - FIRST, 5) == SIZE_MAX, "the next block lost data");
+	fault_madvise(MADV_COLLAPSE, 0);
+	hp_free(q);
+	return bad;
+}
+
+/* A block half written (its worker ahead at 4 KiB, no collapse yet),
+ * freed into the cache and taken again while MADV_DONTNEED says err (0:
+ * the real one).  Whether the round went as it should. */
+static int drop_round(int err, uint64_t seed)
+{
+	char *p = hp_malloc(SIZE);
+	if (!p)
+		return harness_expect(false, "hp_malloc failed");
+	uint64_t ahead = harness_stat(HP_STAT_POPULATE_AHEAD_BYTES);
+	harness_fill_slowly(p, SIZE / 2, seed, 1);
+	harness_stat_reaches(HP_STAT_POPULATE_AHEAD_BYTES, ahead + 1, 2000);
+	uint64_t dropped = harness_stat(HP_STAT_POPULATE_SMALL_DROPPED_BYTES), hits = harness_stat(HP_STAT_CACHE_HITS);
+	int refused = fault_madvise_refused();
+	fault_madvise(MADV_DONTNEED, err);
+	hp_free(p);
+	fault_madvise(MADV_DONTNEED, 0);
+	dropped = harness_stat(HP_STAT_POPULATE_SMALL_DROPPED_BYTES) - dropped;
+	refused = fault_madvise_refused() - refused;
+	char *q = hp_malloc(SIZE);
+	if (!q)
+		return harness_expect(false, "hp_malloc (from the cache) failed");
+	harness_fill_slowly(q, SIZE, seed + 1, 0);
+	fprintf(stderr, "MADV_DONTNEED %s: refused %d times, %llu MiB dropped; reused %s, AnonHugePages %zu MiB\n",
+		err ? strerror(err) : "real", refused, (unsigned long long)dropped >> 20,
+		q == p ? "at its address" : "elsewhere", harness_anon_huge(q, SIZE) >> 20);
+	int bad = harness_expect(q == p && harness_stat(HP_STAT_CACHE_HITS) == hits + 1,
+				 "the freed block did not come back from the cache");
+	bad |= harness_expect(harness_check_filled(q, SIZE, seed + 1) == SIZE_MAX, "the reused block lost data");
+	if (err)
+		bad |= harness_expect(refused > 0 && dropped == 0,
+				      "no MADV_DONTNEED was refused, or a refused drop was counted: the test did not test");
+	else
+		bad |= harness_expect(dropped > 0, "the refusal lifted, the next block's 4 KiB pages were not dropped");
+	hp_free(q);
+	hp_cache_flush(); /* the next round's block a fresh one, with its job */
+	return bad;
+}
+
+static int child_drop_refused(void)
+{
+	if (knobs_cache("1G"))
+		return 1;
+	hp_knob_set("cache_decay_ms", "60000");
+	int bad = drop_round(EINVAL, 7);
+	return bad | drop_round(0, 9);
+}
+
+static const struct harness_child_case children[] = {
+	{"enomem", child_enomem},
+	{"einval", child_einval},
+	{"drop_refused", child_drop_refused},
+};
+
+static void test_cache_drop_refused(void **state)
+{
+	(void)state;
+	harness_need_collapse();
+	harness_child_passes("drop_refused");
+}
+
+static void test_collapse_refused_by_a_limit(void **state)
+{
+	(void)state;
+	harness_need_collapse();
+	harness_child_passes("enomem");
+}
+
+static void test_kernel_without_collapse(void **state)
+{
+	(void)state;
+	harness_need_collapse();
+	harness_child_passes("einval");
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_collapse_refused_by_a_limit),
+		HTEST(test_kernel_without_collapse),
+		HTEST(test_cache_drop_refused),
+	};
+	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
+	harness_init(argc, argv);
+	harness_set_watchdog(300);
+	return harness_run("populate_collapse_fail", tests, ARRAY_SIZE(tests));
+}
