@@ -208,11 +208,15 @@ def all_contenders():
 
 
 # The first touch against the populate knob (issue 27): hpalloc as `hpctl
-# run` has it, with the populate workers off, 1 and 2 of them.
+# run` has it, with the populate workers off, 1 and 2 of them; and against
+# populate_pages (issue 35): auto (decided per block) and 4 KiB first.
 def populate_contenders():
     return [Contender("hp-populate-%s" % n, "hpalloc, `hpctl run populate=%s`" % n,
                       per_workload={w: ("hpctl", ["populate=%s" % n]) for w in FIRST_TOUCH})
-            for n in ("off", "1", "2")]
+            for n in ("off", "1", "2")] + [
+        Contender("hp-pages-%s" % p, "hpalloc, `hpctl run populate_pages=%s`" % p,
+                  per_workload={w: ("hpctl", ["populate_pages=%s" % p]) for w in FIRST_TOUCH})
+        for p in ("auto", "4K")]
 
 
 # The allocation-path cost of the knob check (issue 4): the same hpalloc
@@ -1056,7 +1060,8 @@ def workload_table(w, title, unit, summary, contenders):
                       ("_gap", "started s after the last process ended")]
     if w == "zeros1G-cold":
         extra_cols = [("huge_now_mib", "on huge pages right after, MiB"),
-                      ("huge_later_mib", "… %g s later (or once 90 %%), MiB" % 2.0),
+                      ("huge_later_mib", "… up to 8 s later (once 90 %), MiB"),
+                      ("huge_wait_s", "… after s"),
                       ("_gap", "started s after the last process ended")]
     if w == "sparse8G":
         extra_cols = [("anon_huge_mib", "of it AnonHugePages MiB"), ("s", "touch s")]

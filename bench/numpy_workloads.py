@@ -212,7 +212,9 @@ def zeros_touch(opts):
     return dict(warm_then_time(once, opts), first_s=[first_s], first_faults=[first_faults])
 
 
-HUGE_WAIT_S = 2.0  # how long zeros1G-cold watches its array become huge
+# how long zeros1G-cold watches its array become huge: populate_pages=4K's
+# collapse of 1 GiB took 2-4 s on the development VM (issue 35)
+HUGE_WAIT_S = 8.0
 
 
 def first_touch_only(opts):
