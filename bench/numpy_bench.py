@@ -336,7 +336,10 @@ class Machine:
         """Give back exactly the pages reserve() added."""
         with signals_held():
             for pagesize, added in self.pools_added.items():
-                hp_pools.take_back(pagesize, added)
+                if not hp_pools.take_back(pagesize, added):
+                    say("the %d kB pool did not shrink back by %d pages (%s); hugetlb pages "
+                        "held by: %s" % (pagesize // 1024, added, hp_pools.pool_state(),
+                                         hp_pools.holders()))
             self.pools_added = {}
 
     def pools_note(self):
@@ -387,18 +390,20 @@ INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def signals_held():
-    """Ctrl-C, SIGTERM and SIGHUP held off while a pool changes size or the
-    bench's processes are being killed, then acted on as they would have
-    been: the kernel stops adding pages at a pending signal, and a
-    KeyboardInterrupt raised midway would leave pages added that
-    pools_added does not count.  Blocked in this thread (the kernel's loop
-    runs on through them) and caught by a handler that only notes them (a
-    signal sent to the process may reach another thread, whose handler
-    Python runs here)."""
+def signals_held(block=True):
+    """Ctrl-C, SIGTERM and SIGHUP held off while a pool changes size, a
+    process starts or the bench's processes are being killed, then acted on
+    as they would have been: the kernel stops adding pages at a pending
+    signal, and a KeyboardInterrupt raised midway would leave pages added
+    that pools_added does not count, or a process the bench does not hold.
+    Blocked in this thread (the kernel's loop runs on through them) and
+    caught by a handler that only notes them (a signal sent to the process
+    may reach another thread, whose handler Python runs here).  Not
+    blocked with block=False, around a process's start: it would inherit
+    the mask, and neither Ctrl-C nor end_process's SIGTERM would reach it."""
     held = []
     old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in INTERRUPTS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS if block else ())
     try:
         yield
     finally:
@@ -551,13 +556,19 @@ def run_process(argv, env, timeout, preexec_fn=None):
     timeout, Ctrl-C, SIGTERM) ends the process and waits until it is gone:
     it may hold pool pages, which restore() can only give back once they
     are freed.  (It stays in the bench's process group, where a terminal's
-    Ctrl-C reaches it and tests/run-test finds it if the bench is killed.)"""
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=preexec_fn)
+    Ctrl-C reaches it and tests/run-test finds it if the bench is killed.)
+    An interrupt while it starts waits until the bench holds it (proc): one
+    raised inside Popen, after the fork, left it running on, orphaned,
+    with the pool pages it took (test_bench_restore)."""
+    proc = None
     try:
+        with signals_held(block=False):
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:
-        end_process(proc)
+        if proc is not None:
+            end_process(proc)
         raise
     return stdout, stderr, proc.returncode
 

@@ -88,10 +88,11 @@ def take_back(pagesize, count):
     """Removes count pages that add_pages added (never below zero).  Pages
     that a process still holds as it ends come back a moment later, so the
     write is repeated until the pool reads back the target (restore_nr) --
-    written once, test_bench_restore found "pool left at 1 pages (was 0)"."""
+    written once, test_bench_restore found "pool left at 1 pages (was 0)".
+    Whether it took (if not, holders() says who keeps pages)."""
     target = max(pool_read(pagesize, "nr_hugepages") - count, 0)
     pool_write_nr(pagesize, target)
-    restore_nr(pagesize, target)
+    return restore_nr(pagesize, target)
 
 
 def restore_nr(pagesize, value, tries=50, pause=0.1):
@@ -106,6 +107,29 @@ def restore_nr(pagesize, value, tries=50, pause=0.1):
             return True
         time.sleep(pause)
     return False
+
+
+def holders():
+    """Who holds hugetlb pages now: "pid(comm, size)" for every process
+    whose HugetlbPages is not zero, and the hugetlbfs mounts (files there
+    keep pages too) -- what a pool that does not shrink back is waiting for."""
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open("/proc/%s/status" % pid) as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            size = fields.get("HugetlbPages", "0").strip()
+            if size.split()[0] != "0":
+                out.append("%s(%s, %s)" % (pid, fields.get("Name", "?").strip(), size))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    try:
+        with open("/proc/self/mounts") as f:
+            out += ["hugetlbfs at %s" % line.split()[1] for line in f
+                    if line.split()[2:3] == ["hugetlbfs"]]
+    except OSError:
+        pass
+    return ", ".join(out) or "none visible"
 
 
 def pool_state():
