@@ -85,11 +85,13 @@ def add_pages(pagesize, count, refused_ok=False):
 
 
 def take_back(pagesize, count):
-    """Removes count pages that add_pages added (never below zero).  Pages
-    that a process still holds as it ends come back a moment later, so the
-    write is repeated until the pool reads back the target (restore_nr) --
-    written once, test_bench_restore found "pool left at 1 pages (was 0)".
-    Whether it took (if not, holders() says who keeps pages)."""
+    """Removes count pages that add_pages added (never below zero).  A
+    page still in use when the pool is lowered stays counted in
+    nr_hugepages, as surplus, until its holder frees it (a process that is
+    ending frees it a moment later), so the write is repeated until the
+    pool reads back the target (restore_nr).  Whether it took in that time
+    (if not, holders() says who keeps pages: test_bench_restore's
+    "pool left at 1 pages" was a process the bench had lost track of)."""
     target = max(pool_read(pagesize, "nr_hugepages") - count, 0)
     pool_write_nr(pagesize, target)
     return restore_nr(pagesize, target)

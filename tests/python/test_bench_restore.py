@@ -28,11 +28,13 @@ LIBHUGETLBFS = os.path.join(nb.LIBDIR_SYS, "libhugetlbfs.so.0")
 
 def pool_2m():
     """The 2 MiB pool's own pages: nr_hugepages less its surplus.  A page
-    that a process outside the bench holds when the bench lowers the pool
-    stays counted in nr_hugepages as surplus until its holder lets go, then
-    goes back to the kernel by itself: the bench gave it back.  CI read
-    "pool left at 1 pages (was 0)" so, and the next test found the page
-    gone (its pool "0, was 1")."""
+    that another process holds when the bench lowers the pool stays
+    counted in nr_hugepages as surplus until its holder lets go, then goes
+    back to the kernel by itself: the bench gave it back.  A holder the
+    bench started and lost track of is the bench's fault all the same:
+    left_in_session and test_interrupt_as_a_process_starts look for it (CI
+    read "pool left at 1 pages (was 0)", and the next case found the page
+    gone)."""
     return (hp_pools.pool_read(2 * nb.MiB, "nr_hugepages")
             - hp_pools.pool_read(2 * nb.MiB, "surplus_hugepages"))
 
@@ -172,7 +174,7 @@ def test_failing_harness_gives_everything_back(root, tmp_path, monkeypatch):
 def test_interrupt_as_a_process_starts(root, tmp_path, monkeypatch):
     """SIGTERM (or Ctrl-C) at the moment a contender's process has started,
     before the bench holds it (here: right as subprocess.Popen returns; in
-    CI it came inside Popen, after the fork): the bench still ends that
+    CI, most likely, inside Popen after the fork): the bench still ends that
     process, so it cannot keep pool pages after the bench gave the pool
     back.  Before: the process ran on, orphaned, for the rest of its
     workload ("pool left at 1 pages (was 0)" in CI)."""
