@@ -33,7 +33,8 @@
  *     read, close: ~3 us here), through memcg_headroom, unless a reading
  *     young enough for it serves;
  *   - the populate workers, while they fault a block in: what is free
- *     (memcg_headroom), from a reading at most a millisecond old -- their
+ *     (memcg_headroom: the usage, and the limit where it was lowered since
+ *     the look), from a reading at most a millisecond old -- their
  *     faults get no ENOMEM at the limit, the OOM killer kills the process
  *     (populate.c's rule keeps them within a share of it).
  * The cache_memcg knob is cache.c's (its bound on or off), not this file's:
@@ -481,7 +482,14 @@ static void refresh(uint64_t max_age_ms)
 	memcpy(dir, bind_dir, sizeof(dir));
 	int version = bind_version;
 	pthread_mutex_unlock(&memcg_lock);
-	size_t limit = atomic_load_explicit(&bind_limit, memory_order_relaxed);
+	size_t limit = atomic_load_explicit(&bind_limit, memory_order_relaxed), now_limit;
+	/* A limit lowered since the janitor's look binds from this reading on:
+	 * the populate workers fault by it, and a look up to a round late let
+	 * them fault ahead by the old limit into an OOM kill.  A raised one
+	 * waits for the look (which also finds whether another level binds
+	 * then); bind_limit stays the look's. */
+	if (level_limit(version, dir, &now_limit) == 1 && now_limit < limit)
+		limit = now_limit;
 	if (!level_working_set(version, dir, &usage)) {
 		atomic_store_explicit(&free_now, SIZE_MAX, memory_order_relaxed);
 		return;

@@ -527,6 +527,50 @@ static void test_usage_over_limit(void **state)
 
 /* ---- followed at run time ------------------------------------------------------------ */
 
+/* A fresh block filled at a reader's pace with two populate workers: what
+ * they faulted ahead of the 24 MiB written (smaps Rss less it). */
+static size_t ahead_of_fill(void)
+{
+	const size_t size = 256 * MiB, filled = 24 * MiB;
+	char *p = hp_malloc(size);
+	assert_non_null(p);
+	harness_fill_slowly(p, filled, 5, 2);
+	harness_sleep_ms(300);
+	struct harness_smaps sm;
+	assert_int_equal(harness_smaps_range(p, size, &sm), 0);
+	assert_int_equal(harness_check_filled(p, filled, 5), SIZE_MAX);
+	hp_free(p);
+	hp_cache_flush();
+	return sm.rss > filled ? sm.rss - filled : 0;
+}
+
+/* A limit lowered under the populate workers binds them from their next
+ * reading, not from the janitor's next look (before, they faulted ahead by
+ * the old limit until then: CI's populate_memcg test_limit_lowered, OOM-
+ * killed at the new limit).  Control first: far from the limit they do
+ * fault ahead here, else the case proves nothing. */
+static void test_limit_lowered_binds_workers(void **state)
+{
+	(void)state;
+	knobs();
+	harness_knob("populate", "2");
+	stage_v1(4 * GiB, 200 * MiB);
+	wait_limit(4 * GiB);
+	size_t far = ahead_of_fill();
+	print_message("4 GiB limit, 200 MiB used: %zu MiB faulted ahead of the program\n", far >> 20);
+	if (far == 0)
+		harness_skip("the workers did not get ahead of the program here: nothing to hold back");
+	put(V1_DIR "/app/memory.limit_in_bytes", "%zu", 200 * MiB + 4 * MiB);
+	size_t near = ahead_of_fill(); /* the janitor has not looked yet, most likely */
+	print_message("limit lowered to 204 MiB, 200 MiB used: %zu MiB faulted ahead (the gauge: %llu MiB)\n",
+		      near >> 20, (unsigned long long)harness_stat(HP_STAT_MEMCG_LIMIT_BYTES) >> 20);
+	if (near > 2 * MiB)
+		fail_msg("the workers faulted %zu MiB ahead under a limit lowered to 4 MiB above the usage",
+			 near >> 20);
+	nothing_lost(NULL, 0);
+}
+
+
 static void test_limit_changed(void **state)
 {
 	(void)state;
@@ -786,6 +830,7 @@ int main(int argc, char **argv)
 		HTEST(test_reading_taken_now),
 		HTEST(test_usage_over_limit),
 		HTEST(test_limit_changed),
+		HTEST(test_limit_lowered_binds_workers),
 		HTEST(test_knob_off),
 		HTEST(test_garbage),
 		HTEST(test_unreadable),
