@@ -215,6 +215,12 @@ def parse_args():
     opts.pools = not opts.no_pools and os.geteuid() == 0 and hp_pools.pool_exists(POOL)
     if not opts.no_pools and not opts.pools:
         say("the hugetlb rows need root and a 2 MiB hugetlb pool: left out")
+    elif opts.pools and hp_pools.pool_read(POOL, "free_hugepages", 0):
+        # a process takes any free page of the pool: the "reserved after
+        # the gap" row would meet these, warm if a process freed them
+        say("the 2 MiB pool already has %d free pages: the hugetlb rows may meet them, and "
+            "\"pool reserved after the gap\" may not be what it says"
+            % hp_pools.pool_read(POOL, "free_hugepages", 0))
     return opts
 
 
