@@ -211,7 +211,9 @@ static void test_fork_while_blocks_come_and_go(void **state)
 	assert_int_equal(pthread_create(&t, NULL, churn, NULL), 0);
 	for (int i = 0; i < 50; i++) {
 		void *mine = hp_shared_alloc(4 * MiB, 0, NULL);
-		assert_non_null(mine);
+		if (!mine)
+			fail_msg("round %d: hp_shared_alloc(4 MiB) failed: %s (failures %llu)", i,
+				 strerror(errno), (unsigned long long)harness_stat(HP_STAT_FAILURES));
 		fflush(NULL);
 		pid_t pid = fork();
 		if (pid == 0) {
