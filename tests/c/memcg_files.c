@@ -9,7 +9,8 @@
  *     least free binds; a container's view (a mount root below /, a mount
  *     point with a space);
  *   - a limit changed at run time is followed by the janitor, without any
- *     call into the library, down and up;
+ *     call into the library, down and up; a lowered one binds the populate
+ *     workers from their next reading, before the janitor's look;
  *   - files that say something else than a number, files that cannot be
  *     read, a cgroup removed while running, a process outside the mounted
  *     part, the cache_memcg knob off (the limit still known, for the
@@ -559,7 +560,6 @@ static void test_limit_lowered_binds_workers(void **state)
 			 near >> 20);
 	nothing_lost(NULL, 0);
 }
-
 
 static void test_limit_changed(void **state)
 {
