@@ -335,11 +335,9 @@ static int grow_by_moving(struct hp_map *m, size_t new_len)
 	char *target = map_aligned(new_len, PROT_NONE, MAP_NORESERVE);
 	if (!target)
 		return -1;
-	void *moved = prim_remap(m->addr, m->len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-	if (!moved) {
-		prim_unmap(target, os_span(new_len));
+	void *moved = prim_move_into(m->addr, m->len, new_len, target, os_span(new_len));
+	if (!moved)
 		return -1;
-	}
 	/* the old guard, ours until now */
 	prim_unmap(guard_of(m->addr, m->len), guard_len(m->len));
 	prim_advise(guard_of(target, new_len), guard_len(new_len), MADV_HUGEPAGE);
@@ -376,10 +374,8 @@ static void refault_extent(struct hp_map *m, size_t whole, size_t used)
 
 	if (!target)
 		return;
-	if (!prim_remap(old, whole, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, target)) {
-		prim_unmap(target, os_span(m->len));
+	if (!prim_move_into(old, whole, m->len, target, os_span(m->len)))
 		return;
-	}
 	memcpy(target + whole, old + whole, used);
 	prim_unmap(old + whole, os_span(m->len) - whole);
 	prim_advise(guard_of(target, m->len), guard_len(m->len), MADV_HUGEPAGE);

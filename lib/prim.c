@@ -74,25 +74,90 @@ void *prim_map(void *hint, size_t len, int prot, int flags, int fd)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-/* Placing a mapping in a reservation with MAP_FIXED is not safe: a fixed
- * mapping that fails may leave a hole where the reservation was (hugetlb's
- * pool reservation fails after the range was cleared; on older kernels any
- * failure does), a thread mapping meanwhile gets the hole, and the cleanup
- * would take that thread's mapping down.  So: reserve align more than len
- * + keep (inaccessible, uncharged), hand back the reservation up to the end
- * of the aligned part, and ask for the mapping there as a hint.  A thread
- * that took the place first makes the kernel map elsewhere: try again (a
- * few times, then ENOMEM).  The keep bytes after the mapping stay reserved
- * for the caller; the rest goes back. */
-static char *map_in_reservation(size_t len, size_t align, size_t keep, int prot, int flags, int fd)
+/* Placing a mapping on a boundary.  Nothing here may ever unmap a range
+ * another thread could have mapped meanwhile, and no window may open in
+ * which one could take the place we want:
+ *   - an anonymous mapping is made align bytes longer and trimmed
+ *     (map_anon_aligned): there is nothing to place;
+ *   - a mapping of a file or of hugetlb pages is made first where the
+ *     kernel puts it, so what can fail there (a hugetlb pool too short)
+ *     fails before anything else was done; it stays where it is if that is
+ *     on the boundary with its keep bytes free after it, else one mremap
+ *     moves it into a reservation (prim_move_into).
+ * Mapping it into the reservation with MAP_FIXED instead would fail after
+ * the kernel cleared the range (hugetlb's pool reservation; older kernels
+ * for any failure), and asking for the place by hint after handing it back
+ * loses the place to a thread mapping at that moment (tests/c/shared lost
+ * it four times in a row to its churn thread: ENOMEM). */
+
+#define RESERVE_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+
+static bool on_boundary(const void *p, size_t align)
 {
-	if (len > SIZE_MAX - keep - align) {
+	return ((uintptr_t)p & (align - 1)) == 0;
+}
+
+static void unmap_range(char *from, char *to)
+{
+	if (to > from)
+		munmap(from, (size_t)(to - from));
+}
+
+/* [addr, addr + len) reserved for us if nothing is mapped there:
+ * MAP_FIXED_NOREPLACE never replaces a mapping (a kernel before 4.17 takes
+ * it for a hint: a mapping elsewhere is a no). */
+static bool claim(char *addr, size_t len)
+{
+	int err = errno;
+	char *p = prim_map(addr, len, PROT_NONE, RESERVE_FLAGS | MAP_FIXED_NOREPLACE, -1);
+	if (p && p != addr)
+		munmap(p, len);
+	errno = err;
+	return p == addr;
+}
+
+void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span)
+{
+	void *p = mremap(addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
+	if (p != MAP_FAILED)
+		return p;
+	int err = errno;
+	char *d = dest;
+	unmap_range(d + new_len, d + span);
+	/* The kernel clears the destination before some of its failures (the
+	 * map count, memory; any failure to move hugetlb pages before 5.16)
+	 * and not before others: only a range nobody took since is ours to
+	 * give back.  One still reserved cannot be told from another thread's
+	 * mapping and stays (address space only, uncharged). */
+	if (claim(d, new_len))
+		munmap(d, new_len);
+	errno = err;
+	return NULL;
+}
+
+static char *map_anon_aligned(size_t len, size_t align, int prot, int flags)
+{
+	if (len > SIZE_MAX - align) {
 		errno = ENOMEM;
 		return NULL;
 	}
+	char *raw = prim_map(NULL, len + align, prot, flags, -1);
+	if (!raw)
+		return NULL;
+	char *start = (char *)hp_align_up((uintptr_t)raw, align);
+	unmap_range(raw, start);
+	unmap_range(start + len, raw + len + align);
+	return start;
+}
+
+/* The fallback of a kernel that cannot move the mapping (hugetlb pages
+ * before Linux 5.16): reserve, hand back the place, ask for it by hint; a
+ * thread that took it first makes the kernel map elsewhere: try again (a
+ * few times, then ENOMEM). */
+static char *map_by_hint(size_t len, size_t align, size_t keep, int prot, int flags, int fd)
+{
 	for (int tries = 0; tries < 4; tries++) {
-		char *raw = prim_map(NULL, len + keep + align, PROT_NONE,
-				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1);
+		char *raw = prim_map(NULL, len + keep + align, PROT_NONE, RESERVE_FLAGS, -1);
 		if (!raw)
 			return NULL;
 		char *start = (char *)hp_align_up((uintptr_t)raw, align), *end = raw + len + keep + align;
@@ -100,8 +165,7 @@ static char *map_in_reservation(size_t len, size_t align, size_t keep, int prot,
 		char *p = prim_map(start, len, prot, flags, fd);
 		int err = errno;
 		if (p == start) {
-			if (end > start + len + keep)
-				munmap(start + len + keep, (size_t)(end - (start + len + keep)));
+			unmap_range(start + len + keep, end);
 			return p;
 		}
 		if (p)
@@ -116,10 +180,43 @@ static char *map_in_reservation(size_t len, size_t align, size_t keep, int prot,
 	return NULL;
 }
 
+/* p, just mapped with len bytes of prot, flags and fd, on an align
+ * boundary with keep bytes reserved after it: where it is, or moved into a
+ * reservation; NULL + errno (p unmapped) if neither can be had. */
+static char *place(char *p, size_t len, size_t align, size_t keep, int prot, int flags, int fd)
+{
+	if (on_boundary(p, align) && (!keep || claim(p + len, keep)))
+		return p;
+	char *dest = NULL;
+	if (len <= SIZE_MAX - keep - align)
+		dest = prim_map(NULL, len + keep + align, PROT_NONE, RESERVE_FLAGS, -1);
+	else
+		errno = ENOMEM;
+	char *moved = NULL;
+	if (dest) {
+		char *start = (char *)hp_align_up((uintptr_t)dest, align);
+		unmap_range(dest, start);
+		size_t span = (size_t)(dest + len + keep + align - start);
+		if ((moved = prim_move_into(p, len, len, start, span)))
+			unmap_range(start + len + keep, start + span);
+	}
+	if (moved)
+		return moved;
+	int err = errno;
+	munmap(p, len);
+	if (dest && err == EINVAL)
+		return map_by_hint(len, align, keep, prot, flags, fd);
+	errno = err;
+	return NULL;
+}
+
 void *prim_map_hugetlb(size_t len, size_t pagesize, size_t tail, int tail_prot)
 {
+	int prot = PROT_READ | PROT_WRITE;
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (prim_page_shift(pagesize) << MAP_HUGE_SHIFT);
-	char *p = map_in_reservation(len, pagesize, tail, PROT_READ | PROT_WRITE, flags, -1);
+	char *p = prim_map(NULL, len, prot, flags, -1);
+	if (p)
+		p = place(p, len, pagesize, tail, prot, flags, -1);
 	if (p && tail && mprotect(p + len, tail, tail_prot) < 0) {
 		int err = errno;
 		munmap(p, len + tail);
@@ -130,16 +227,16 @@ void *prim_map_hugetlb(size_t len, size_t pagesize, size_t tail, int tail_prot)
 }
 
 /* The kernel often hands out a 2 MiB aligned address by itself (large
- * anonymous and shmem mappings, Linux 6.7+): take it.  Else map in a
- * reservation, which works for a file too (its offset 0 lands on the
- * boundary). */
+ * anonymous and shmem mappings, Linux 6.7+): take it. */
 void *prim_map_aligned(size_t len, int prot, int flags, int fd)
 {
 	char *p = prim_map(NULL, len, prot, flags, fd);
-	if (!p || ((uintptr_t)p & (HP_THP_SIZE - 1)) == 0)
+	if (!p || on_boundary(p, HP_THP_SIZE))
 		return p;
+	if (fd >= 0)
+		return place(p, len, HP_THP_SIZE, 0, prot, flags, fd);
 	munmap(p, len);
-	return map_in_reservation(len, HP_THP_SIZE, 0, prot, flags, fd);
+	return map_anon_aligned(len, HP_THP_SIZE, prot, flags);
 }
 
 int prim_unmap(void *addr, size_t len)

@@ -52,6 +52,12 @@ struct io_uring_sqe;
 HP_HIDDEN void prim_prep_release(struct io_uring_sqe *sqe, void *addr, size_t len);
 /* mremap(2); NULL + errno instead of MAP_FAILED. */
 HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags, void *new_addr);
+/* The mapping at addr (old_len bytes, new_len after) moved to dest, the
+ * start of a reservation of span bytes the caller made: what it does not
+ * fill stays reserved for the caller.  NULL + errno: the mapping stays
+ * where it was and the reservation is given back, all of it that is
+ * certainly still ours (never a range another thread may have mapped). */
+HP_HIDDEN void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span);
 /* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
 HP_HIDDEN int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes,
 			 unsigned long maxnode);
