@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -203,6 +205,81 @@ int madvise(void *addr, size_t len, int advice)
 	if (!real)
 		real = (int (*)(void *, size_t, int))next("madvise");
 	return real(addr, len, advice);
+}
+
+static _Atomic int move_err, move_times, move_how, move_refused;
+static unsigned char *_Atomic taken;
+static _Atomic size_t taken_len;
+
+void fault_mremap_fixed(int err, enum fault_move how, int times)
+{
+	if (err) { /* a new staging: its own count, no mapping taken yet */
+		atomic_store(&move_refused, 0);
+		atomic_store(&taken, NULL);
+		atomic_store(&taken_len, 0);
+	}
+	atomic_store(&move_how, (int)how);
+	atomic_store(&move_times, err ? times : 0);
+	atomic_store(&move_err, err);
+}
+
+int fault_mremap_refused(void)
+{
+	return atomic_load(&move_refused);
+}
+
+unsigned char *fault_move_taken(size_t *len)
+{
+	*len = atomic_load(&taken_len);
+	return atomic_load(&taken);
+}
+
+static bool refuse_move(void)
+{
+	int left = atomic_load(&move_times);
+	while (left > 0 && atomic_load(&move_err))
+		if (atomic_compare_exchange_weak(&move_times, &left, left - 1))
+			return true;
+	return false;
+}
+
+static void take(void *dest, size_t len)
+{
+	unsigned char *p = mmap(dest, len, PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p != dest) {
+		fprintf(stderr, "fault: could not map the cleared %zu bytes at %p\n", len, dest);
+		abort();
+	}
+	memset(p, 0x5a, len);
+	atomic_store(&taken_len, len);
+	atomic_store(&taken, p);
+}
+
+void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+	static void *(*real)(void *, size_t, size_t, int, ...);
+	void *dest = NULL;
+
+	if (flags & MREMAP_FIXED) {
+		va_list ap;
+		va_start(ap, flags);
+		dest = va_arg(ap, void *);
+		va_end(ap);
+		if (refuse_move()) {
+			int how = atomic_load(&move_how);
+			if (how != FAULT_MOVE_REFUSED)
+				munmap(dest, new_len);
+			if (how == FAULT_MOVE_TAKEN)
+				take(dest, new_len);
+			atomic_fetch_add(&move_refused, 1);
+			errno = atomic_load(&move_err);
+			return MAP_FAILED;
+		}
+	}
+	if (!real)
+		real = (void *(*)(void *, size_t, size_t, int, ...))next("mremap");
+	return real(old, old_len, new_len, flags, dest);
 }
 
 long fault_others_cpu_ms(void)

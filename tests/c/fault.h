@@ -39,6 +39,17 @@ void fault_pthread_create_after(int ok, int err);
  * how many calls were refused so far. */
 void fault_madvise(int advice, int err);
 int fault_madvise_refused(void);
+/* mremap(2) moving to a fixed address fails with err for the next `times`
+ * such calls (0 disarms), as the kernel's refusals do: FAULT_MOVE_REFUSED
+ * before it touched the destination, FAULT_MOVE_CLEARED after it unmapped
+ * the destination (the map count, memory; hugetlb pages before 5.16),
+ * FAULT_MOVE_TAKEN as CLEARED and then another thread maps the hole (a
+ * shared mapping of 0x5a bytes: fault_move_taken says where, the test
+ * unmaps it).  How many moves were refused since it was armed. */
+enum fault_move { FAULT_MOVE_REFUSED, FAULT_MOVE_CLEARED, FAULT_MOVE_TAKEN };
+void fault_mremap_fixed(int err, enum fault_move how, int times);
+int fault_mremap_refused(void);
+unsigned char *fault_move_taken(size_t *len);
 /* io_uring_register_ring_fd returns -err (0: real): a kernel before 5.18,
  * where hpalloc's ring keeps its plain descriptor. */
 void fault_register_ring(int err);

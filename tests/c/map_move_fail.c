@@ -1,0 +1,250 @@
+/* A mapping moved onto a boundary (prim_move_into: a shmem block of a
+ * shared array, a hugetlb block with its guard, a THP block growing) whose
+ * move the kernel refuses: the request fails or falls back cleanly, the
+ * reservation it was moving into is given back, and a mapping another
+ * thread made meanwhile where the kernel had cleared the destination is
+ * never taken down.  The kernel's three ways of refusing are staged with
+ * fault_mremap_fixed(); a kernel that cannot move hugetlb pages (before
+ * 5.16: EINVAL) still gets its block, placed the old way.
+ *
+ * Why the move at all: tests/c/shared's fork/churn case lost its block
+ * (ENOMEM, 5 runs in 40) when a block was placed by handing its place back
+ * and asking for it by hint, and its churn thread mapped there first. */
+#include "harness.h"
+#include "fault.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define TRIES 64
+
+/* 4 KiB mappings the kernel puts each new mapping just below, so that one
+ * of 2 MiB multiples ends off a 2 MiB boundary (most of the time) and
+ * must be moved; kept to the end of the case. */
+static void *sentinels[TRIES];
+static int nsentinels;
+
+static void place_sentinel(void)
+{
+	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	sentinels[nsentinels++] = p;
+}
+
+static void drop_sentinels(void)
+{
+	while (nsentinels)
+		munmap(sentinels[--nsentinels], 4096);
+}
+
+struct maps {
+	int all, open; /* lines of /proc/self/maps; of them, not PROT_NONE */
+};
+
+static struct maps maps_now(void)
+{
+	struct maps m = {0, 0};
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		char perms[8] = "";
+		if (!strchr(line, '\n'))
+			fail_msg("a /proc/self/maps line longer than %zu", sizeof(line));
+		sscanf(line, "%*s %7s", perms);
+		m.all++;
+		m.open += strncmp(perms, "---", 3) != 0;
+	}
+	fclose(f);
+	return m;
+}
+
+static void assert_taken_intact(void)
+{
+	size_t len;
+	unsigned char *t = fault_move_taken(&len);
+	assert_non_null(t);
+	for (size_t i = 0; i < len; i += 512)
+		if (t[i] != 0x5a)
+			fail_msg("the other thread's mapping lost byte %zu of %zu", i, len);
+	munmap(t, len);
+}
+
+/* The moves refused (as `how`) for one request that needed a move: what
+ * is mapped before the failed request and after it. */
+struct refusal {
+	struct maps before, after;
+	int err;
+};
+
+static struct refusal refuse_shared(enum fault_move how)
+{
+	struct refusal r;
+	harness_knob("mode", "thp");
+	int fd;
+	void *warm = hp_shared_alloc(4 * MiB, 0, &fd); /* lazy set-up out of the count */
+	assert_non_null(warm);
+	assert_int_equal(hp_shared_free(warm), 0);
+	fault_mremap_fixed(ENOMEM, how, 1);
+	for (int i = 0; i < TRIES && !fault_mremap_refused(); i++) {
+		place_sentinel();
+		r.before = maps_now();
+		void *p = hp_shared_alloc(4 * MiB, 0, &fd);
+		r.err = errno;
+		r.after = maps_now();
+		if (p) { /* it landed on a boundary: nothing to move */
+			assert_int_equal(fault_mremap_refused(), 0);
+			assert_int_equal(hp_shared_free(p), 0);
+		}
+	}
+	fault_mremap_fixed(0, how, 0);
+	drop_sentinels();
+	if (fault_mremap_refused() != 1)
+		fail_msg("no shared block of %d needed a move: the case did not test", TRIES);
+	return r;
+}
+
+/* The kernel cleared the destination and a thread mapped there: its
+ * mapping survives the cleanup, nothing else is left. */
+static void test_shared_move_taken(void **state)
+{
+	(void)state;
+	struct refusal r = refuse_shared(FAULT_MOVE_TAKEN);
+	assert_int_equal(r.err, ENOMEM);
+	assert_int_equal(r.after.all, r.before.all + 1);
+	assert_taken_intact();
+}
+
+static void test_shared_move_cleared(void **state)
+{
+	(void)state;
+	struct refusal r = refuse_shared(FAULT_MOVE_CLEARED);
+	assert_int_equal(r.err, ENOMEM);
+	assert_int_equal(r.after.all, r.before.all);
+}
+
+/* Refused before the kernel touched the destination: the part of the
+ * reservation the block was to fill cannot be told from another thread's
+ * mapping and stays, inaccessible; nothing accessible is left. */
+static void test_shared_move_refused(void **state)
+{
+	(void)state;
+	struct refusal r = refuse_shared(FAULT_MOVE_REFUSED);
+	assert_int_equal(r.err, ENOMEM);
+	assert_int_equal(r.after.open, r.before.open);
+	assert_true(r.after.all <= r.before.all + 1);
+}
+
+/* A kernel that cannot move the mapping (hugetlb before 5.16 clears the
+ * destination, then says EINVAL): placed by hint instead, on a boundary. */
+static void test_shared_move_unsupported(void **state)
+{
+	(void)state;
+	harness_knob("mode", "thp");
+	fault_mremap_fixed(EINVAL, FAULT_MOVE_CLEARED, 1);
+	void *blocks[TRIES];
+	int n = 0, fd;
+	for (; n < TRIES && !fault_mremap_refused(); n++) {
+		place_sentinel();
+		blocks[n] = hp_shared_alloc(4 * MiB, 0, &fd);
+		assert_non_null(blocks[n]);
+		assert_int_equal((uintptr_t)blocks[n] % (2 * MiB), 0);
+		harness_fill(blocks[n], 4 * MiB, (unsigned)n);
+	}
+	fault_mremap_fixed(0, FAULT_MOVE_CLEARED, 0);
+	assert_int_equal(fault_mremap_refused(), 1);
+	for (int i = 0; i < n; i++) {
+		assert_filled(blocks[i], 4 * MiB, (unsigned)i);
+		assert_int_equal(hp_shared_free(blocks[i]), 0);
+	}
+	drop_sentinels();
+}
+
+/* A hugetlb block whose guard's place is taken moves; refused, with a
+ * thread mapping in the cleared place: the pool gets the page back (the
+ * allocator's retry may take it again: then the block is on hugetlb pages
+ * and whole), the thread keeps its mapping, and the next block is on
+ * hugetlb pages. */
+static void test_hugetlb_move_taken(void **state)
+{
+	(void)state;
+	harness_knob("mode", "hugetlb");
+	harness_knob("pagesize", "2M");
+	harness_knob("fallback", "fail");
+	harness_knob("threshold", "1M");
+	harness_knob("cache_max", "0");
+	harness_pool_or_skip(2 * MiB, 2, true);
+	fault_mremap_fixed(ENOMEM, FAULT_MOVE_TAKEN, 1);
+	for (int i = 0; i < TRIES && !fault_mremap_refused(); i++) {
+		place_sentinel();
+		char *p = hp_malloc(2 * MiB);
+		if (p) { /* on a boundary with room for its guard, or the retry's */
+			struct hp_backing b;
+			assert_int_equal(hp_backing(p, &b), 0);
+			assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+			harness_fill(p, 2 * MiB, 5);
+			assert_filled(p, 2 * MiB, 5);
+			hp_free(p);
+			hp_release_drain();
+		}
+	}
+	fault_mremap_fixed(0, FAULT_MOVE_TAKEN, 0);
+	drop_sentinels();
+	if (fault_mremap_refused() != 1)
+		fail_msg("no hugetlb block of %d needed a move: the case did not test", TRIES);
+	assert_taken_intact();
+	assert_int_equal(harness_pool_available(2 * MiB), 2);
+	char *p = hp_malloc(2 * MiB);
+	assert_non_null(p);
+	struct hp_backing b;
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+	harness_fill(p, 2 * MiB, 4);
+	assert_filled(p, 2 * MiB, 4);
+	hp_free(p);
+}
+
+/* A THP block that cannot grow in place moves into a fresh reservation;
+ * that move refused, with a thread mapping in the cleared place: the
+ * realloc still gives every byte (copied, or the block as it was), and the
+ * thread keeps its mapping. */
+static void test_grow_move_taken(void **state)
+{
+	(void)state;
+	harness_knob("mode", "thp");
+	harness_knob("threshold", "2M");
+	harness_knob("cache_max", "0");
+	char *p = hp_malloc(4 * MiB);
+	assert_non_null(p);
+	harness_fill(p, 4 * MiB, 8);
+	void *neighbour = harness_block_neighbour(p, 4 * MiB); /* NULL: a mapping is there already */
+	fault_mremap_fixed(ENOMEM, FAULT_MOVE_TAKEN, 1);
+	char *q = hp_realloc(p, 64 * MiB);
+	fault_mremap_fixed(0, FAULT_MOVE_TAKEN, 0);
+	assert_int_equal(fault_mremap_refused(), 1);
+	assert_taken_intact();
+	assert_non_null(q);
+	assert_filled(q, 4 * MiB, 8);
+	harness_fill(q, 64 * MiB, 9);
+	assert_filled(q, 64 * MiB, 9);
+	hp_free(q);
+	if (neighbour)
+		munmap(neighbour, 4096);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		HTEST(test_shared_move_taken),
+		HTEST(test_shared_move_cleared),
+		HTEST(test_shared_move_refused),
+		HTEST(test_shared_move_unsupported),
+		HTEST(test_hugetlb_move_taken),
+		HTEST(test_grow_move_taken),
+	};
+	harness_init(argc, argv);
+	return harness_run("map_move_fail", tests, ARRAY_SIZE(tests));
+}
