@@ -256,6 +256,71 @@ static void take(void *dest, size_t len)
 	atomic_store(&taken, p);
 }
 
+static _Atomic int off_times;
+static void *_Atomic blocker;
+
+void fault_map_off_boundary(int times)
+{
+	atomic_store(&blocker, NULL);
+	atomic_store(&off_times, times);
+}
+
+void *fault_blocker(void)
+{
+	return atomic_load(&blocker);
+}
+
+/* The kernel's mmap, past ASan's interceptor and this file's mmap. */
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+static bool staged_call(void *addr, size_t len, int flags, int fd)
+{
+	if (addr || len < 2 * 1024 * 1024 || !((flags & MAP_HUGETLB) || (fd >= 0 && (flags & MAP_SHARED))))
+		return false;
+	int left = atomic_load(&off_times);
+	while (left > 0)
+		if (atomic_compare_exchange_weak(&off_times, &left, left - 1))
+			return true;
+	return false;
+}
+
+static void unmap_span(char *from, char *to)
+{
+	if (to > from)
+		munmap(from, (size_t)(to - from));
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	const size_t two = 2 * 1024 * 1024;
+	if (!staged_call(addr, len, flags, fd))
+		return sys_mmap(addr, len, prot, flags, fd, off);
+	char *r = sys_mmap(NULL, len + 3 * two, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
+		return r;
+	char *end = r + len + 3 * two, *at = (char *)(((uintptr_t)r + two - 1) & ~(uintptr_t)(two - 1));
+	if (!(flags & MAP_HUGETLB))
+		at += 4096;
+	char *p = sys_mmap(at, len, prot, flags | MAP_FIXED, fd, off);
+	int err = errno;
+	if (p == MAP_FAILED) { /* single-threaded test: nobody took the place */
+		munmap(r, (size_t)(end - r));
+		errno = err;
+		return p;
+	}
+	unmap_span(r, at);
+	char *rest = at + len;
+	if (flags & MAP_HUGETLB) {
+		atomic_store(&blocker, rest);
+		rest += 4096;
+	}
+	unmap_span(rest, end);
+	return p;
+}
+
 void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
 	static void *(*real)(void *, size_t, size_t, int, ...);

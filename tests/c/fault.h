@@ -47,6 +47,15 @@ int fault_madvise_refused(void);
  * shared mapping of 0x5a bytes: fault_move_taken says where, the test
  * unmaps it).  How many moves were refused since it was armed. */
 enum fault_move { FAULT_MOVE_REFUSED, FAULT_MOVE_CLEARED, FAULT_MOVE_TAKEN };
+/* The next `times` mmap(2) calls without an address of a file (shared) or
+ * of hugetlb pages, 2 MiB or more, are placed where hpalloc must move them
+ * to get a boundary with room after it (where the kernel puts them depends
+ * on what else is mapped, e.g. ASan's regions): a file 4 KiB past a 2 MiB
+ * boundary; hugetlb pages on one, with a 4 KiB PROT_NONE page right after
+ * them (fault_blocker says where; the test unmaps it).  Other calls go
+ * straight to the kernel. */
+void fault_map_off_boundary(int times);
+void *fault_blocker(void);
 void fault_mremap_fixed(int err, enum fault_move how, int times);
 int fault_mremap_refused(void);
 unsigned char *fault_move_taken(size_t *len);

@@ -4,8 +4,9 @@
  * reservation it was moving into is given back, and a mapping another
  * thread made meanwhile where the kernel had cleared the destination is
  * never taken down.  The kernel's three ways of refusing are staged with
- * fault_mremap_fixed(); a kernel that cannot move hugetlb pages (before
- * 5.16: EINVAL) still gets its block, placed the old way.
+ * fault_mremap_fixed(), each on a block fault_map_off_boundary() places
+ * where it must move; a kernel that cannot move hugetlb pages (before 5.16:
+ * EINVAL) still gets its block, placed the old way.
  *
  * Why the move at all: tests/c/shared's fork/churn case lost its block
  * (ENOMEM, 5 runs in 40) when a block was placed by handing its place back
@@ -18,27 +19,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define TRIES 64
-
-/* 4 KiB mappings the kernel puts each new mapping just below, so that one
- * of 2 MiB multiples ends off a 2 MiB boundary (most of the time) and
- * must be moved; kept to the end of the case. */
-static void *sentinels[TRIES];
-static int nsentinels;
-
-static void place_sentinel(void)
-{
-	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(p != MAP_FAILED);
-	sentinels[nsentinels++] = p;
-}
-
-static void drop_sentinels(void)
-{
-	while (nsentinels)
-		munmap(sentinels[--nsentinels], 4096);
-}
 
 struct maps {
 	int all, open; /* lines of /proc/self/maps; of them, not PROT_NONE */
@@ -89,21 +69,14 @@ static struct refusal refuse_shared(enum fault_move how)
 	assert_non_null(warm);
 	assert_int_equal(hp_shared_free(warm), 0);
 	fault_mremap_fixed(ENOMEM, how, 1);
-	for (int i = 0; i < TRIES && !fault_mremap_refused(); i++) {
-		place_sentinel();
-		r.before = maps_now();
-		void *p = hp_shared_alloc(4 * MiB, 0, &fd);
-		r.err = errno;
-		r.after = maps_now();
-		if (p) { /* it landed on a boundary: nothing to move */
-			assert_int_equal(fault_mremap_refused(), 0);
-			assert_int_equal(hp_shared_free(p), 0);
-		}
-	}
+	fault_map_off_boundary(1);
+	r.before = maps_now();
+	void *p = hp_shared_alloc(4 * MiB, 0, &fd);
+	r.err = errno;
+	r.after = maps_now();
 	fault_mremap_fixed(0, how, 0);
-	drop_sentinels();
-	if (fault_mremap_refused() != 1)
-		fail_msg("no shared block of %d needed a move: the case did not test", TRIES);
+	assert_int_equal(fault_mremap_refused(), 1);
+	assert_null(p);
 	return r;
 }
 
@@ -145,22 +118,16 @@ static void test_shared_move_unsupported(void **state)
 	(void)state;
 	harness_knob("mode", "thp");
 	fault_mremap_fixed(EINVAL, FAULT_MOVE_CLEARED, 1);
-	void *blocks[TRIES];
-	int n = 0, fd;
-	for (; n < TRIES && !fault_mremap_refused(); n++) {
-		place_sentinel();
-		blocks[n] = hp_shared_alloc(4 * MiB, 0, &fd);
-		assert_non_null(blocks[n]);
-		assert_int_equal((uintptr_t)blocks[n] % (2 * MiB), 0);
-		harness_fill(blocks[n], 4 * MiB, (unsigned)n);
-	}
+	fault_map_off_boundary(1);
+	int fd;
+	char *p = hp_shared_alloc(4 * MiB, 0, &fd);
 	fault_mremap_fixed(0, FAULT_MOVE_CLEARED, 0);
 	assert_int_equal(fault_mremap_refused(), 1);
-	for (int i = 0; i < n; i++) {
-		assert_filled(blocks[i], 4 * MiB, (unsigned)i);
-		assert_int_equal(hp_shared_free(blocks[i]), 0);
-	}
-	drop_sentinels();
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % (2 * MiB), 0);
+	harness_fill(p, 4 * MiB, 6);
+	assert_filled(p, 4 * MiB, 6);
+	assert_int_equal(hp_shared_free(p), 0);
 }
 
 /* A hugetlb block whose guard's place is taken moves; refused, with a
@@ -178,30 +145,28 @@ static void test_hugetlb_move_taken(void **state)
 	harness_knob("cache_max", "0");
 	harness_pool_or_skip(2 * MiB, 2, true);
 	fault_mremap_fixed(ENOMEM, FAULT_MOVE_TAKEN, 1);
-	for (int i = 0; i < TRIES && !fault_mremap_refused(); i++) {
-		place_sentinel();
-		char *p = hp_malloc(2 * MiB);
-		if (p) { /* on a boundary with room for its guard, or the retry's */
-			struct hp_backing b;
-			assert_int_equal(hp_backing(p, &b), 0);
-			assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
-			harness_fill(p, 2 * MiB, 5);
-			assert_filled(p, 2 * MiB, 5);
-			hp_free(p);
-			hp_release_drain();
-		}
-	}
+	fault_map_off_boundary(1);
+	char *p = hp_malloc(2 * MiB);
 	fault_mremap_fixed(0, FAULT_MOVE_TAKEN, 0);
-	drop_sentinels();
-	if (fault_mremap_refused() != 1)
-		fail_msg("no hugetlb block of %d needed a move: the case did not test", TRIES);
+	assert_int_equal(fault_mremap_refused(), 1);
+	assert_non_null(fault_blocker());
+	munmap(fault_blocker(), 4096);
+	if (p) { /* the allocator's retry took the page again */
+		struct hp_backing b;
+		assert_int_equal(hp_backing(p, &b), 0);
+		assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+		harness_fill(p, 2 * MiB, 5);
+		assert_filled(p, 2 * MiB, 5);
+		hp_free(p);
+		hp_release_drain();
+	}
 	assert_taken_intact();
 	assert_int_equal(harness_pool_available(2 * MiB), 2);
-	char *p = hp_malloc(2 * MiB);
+	p = hp_malloc(2 * MiB);
 	assert_non_null(p);
-	struct hp_backing b;
-	assert_int_equal(hp_backing(p, &b), 0);
-	assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+	struct hp_backing nb;
+	assert_int_equal(hp_backing(p, &nb), 0);
+	assert_int_equal(nb.backend, HP_BACKEND_HUGETLB);
 	harness_fill(p, 2 * MiB, 4);
 	assert_filled(p, 2 * MiB, 4);
 	hp_free(p);
