@@ -130,6 +130,19 @@ static void test_shared_move_unsupported(void **state)
 	assert_int_equal(hp_shared_free(p), 0);
 }
 
+/* p: a 2 MiB block on hugetlb pages that holds what is written to it. */
+static void check_and_free_hugetlb(char *p, unsigned seed)
+{
+	struct hp_backing b;
+	assert_non_null(p);
+	assert_int_equal(hp_backing(p, &b), 0);
+	assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
+	harness_fill(p, 2 * MiB, seed);
+	assert_filled(p, 2 * MiB, seed);
+	hp_free(p);
+	hp_release_drain();
+}
+
 /* A hugetlb block whose guard's place is taken moves; refused, with a
  * thread mapping in the cleared place: the pool gets the page back (the
  * allocator's retry may take it again: then the block is on hugetlb pages
@@ -151,25 +164,11 @@ static void test_hugetlb_move_taken(void **state)
 	assert_int_equal(fault_mremap_refused(), 1);
 	assert_non_null(fault_blocker());
 	munmap(fault_blocker(), 4096);
-	if (p) { /* the allocator's retry took the page again */
-		struct hp_backing b;
-		assert_int_equal(hp_backing(p, &b), 0);
-		assert_int_equal(b.backend, HP_BACKEND_HUGETLB);
-		harness_fill(p, 2 * MiB, 5);
-		assert_filled(p, 2 * MiB, 5);
-		hp_free(p);
-		hp_release_drain();
-	}
+	if (p) /* the allocator's retry took the page again */
+		check_and_free_hugetlb(p, 5);
 	assert_taken_intact();
 	assert_int_equal(harness_pool_available(2 * MiB), 2);
-	p = hp_malloc(2 * MiB);
-	assert_non_null(p);
-	struct hp_backing nb;
-	assert_int_equal(hp_backing(p, &nb), 0);
-	assert_int_equal(nb.backend, HP_BACKEND_HUGETLB);
-	harness_fill(p, 2 * MiB, 4);
-	assert_filled(p, 2 * MiB, 4);
-	hp_free(p);
+	check_and_free_hugetlb(hp_malloc(2 * MiB), 4);
 }
 
 /* A THP block that cannot grow in place moves into a fresh reservation;
