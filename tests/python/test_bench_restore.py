@@ -273,7 +273,7 @@ def test_page_held_by_another_process(root, tmp_path):
     before once the holder ends."""
     if hp_pools.pool_read(2 * nb.MiB, "free_hugepages") > 0:
         skip_lacking("hugetlb", "the 2 MiB pool has free pages already: the holder would take "
-                     "one of those, not one of the bench's")
+                     "one of those, not one of the bench's (%s)" % pools_said())
     before_nr = hp_pools.pool_read(2 * nb.MiB, "nr_hugepages")
     before = pool_2m()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE,
