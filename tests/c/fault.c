@@ -234,13 +234,19 @@ unsigned char *fault_move_taken(size_t *len)
 	return atomic_load(&taken);
 }
 
-static bool refuse_move(void)
+/* One of the `times` calls still to stage taken, if any is left. */
+static bool take_one(_Atomic int *times)
 {
-	int left = atomic_load(&move_times);
-	while (left > 0 && atomic_load(&move_err))
-		if (atomic_compare_exchange_weak(&move_times, &left, left - 1))
+	int left = atomic_load(times);
+	while (left > 0)
+		if (atomic_compare_exchange_weak(times, &left, left - 1))
 			return true;
 	return false;
+}
+
+static bool refuse_move(void)
+{
+	return atomic_load(&move_err) && take_one(&move_times);
 }
 
 static void take(void *dest, size_t len)
@@ -270,6 +276,29 @@ void *fault_blocker(void)
 	return atomic_load(&blocker);
 }
 
+static _Atomic int reserve_times, reserve_refused;
+
+void fault_map_reserve(int times)
+{
+	if (times) /* a new staging: its own count */
+		atomic_store(&reserve_refused, 0);
+	atomic_store(&reserve_times, times);
+}
+
+int fault_map_reserve_refused(void)
+{
+	return atomic_load(&reserve_refused);
+}
+
+static bool refused_reservation(int prot, int flags, int fd)
+{
+	int reserve = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	if (prot != PROT_NONE || fd != -1 || (flags & reserve) != reserve || !take_one(&reserve_times))
+		return false;
+	atomic_fetch_add(&reserve_refused, 1);
+	return true;
+}
+
 /* The kernel's mmap, past ASan's interceptor and this file's mmap. */
 static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
@@ -280,11 +309,7 @@ static bool staged_call(void *addr, size_t len, int flags, int fd)
 {
 	if (addr || len < 2 * 1024 * 1024 || !((flags & MAP_HUGETLB) || (fd >= 0 && (flags & MAP_SHARED))))
 		return false;
-	int left = atomic_load(&off_times);
-	while (left > 0)
-		if (atomic_compare_exchange_weak(&off_times, &left, left - 1))
-			return true;
-	return false;
+	return take_one(&off_times);
 }
 
 static void unmap_span(char *from, char *to)
@@ -296,6 +321,10 @@ static void unmap_span(char *from, char *to)
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	const size_t two = 2 * 1024 * 1024;
+	if (refused_reservation(prot, flags, fd)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
 	if (!staged_call(addr, len, flags, fd))
 		return sys_mmap(addr, len, prot, flags, fd, off);
 	char *r = sys_mmap(NULL, len + 3 * two, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

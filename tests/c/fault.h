@@ -56,6 +56,11 @@ enum fault_move { FAULT_MOVE_REFUSED, FAULT_MOVE_CLEARED, FAULT_MOVE_TAKEN };
  * straight to the kernel. */
 void fault_map_off_boundary(int times);
 void *fault_blocker(void);
+/* The next `times` mmap(2) calls of an inaccessible, uncharged reservation
+ * (PROT_NONE, MAP_NORESERVE, anonymous) fail with ENOMEM, as an address
+ * space limit refuses them; how many were refused since it was armed. */
+void fault_map_reserve(int times);
+int fault_map_reserve_refused(void);
 void fault_mremap_fixed(int err, enum fault_move how, int times);
 int fault_mremap_refused(void);
 unsigned char *fault_move_taken(size_t *len);

@@ -60,14 +60,21 @@ struct refusal {
 	int err;
 };
 
+/* One shared block made and freed: the lazy set-up out of the counts. */
+static void warm_shared(void)
+{
+	int fd;
+	void *warm = hp_shared_alloc(4 * MiB, 0, &fd);
+	assert_non_null(warm);
+	assert_int_equal(hp_shared_free(warm), 0);
+}
+
 static struct refusal refuse_shared(enum fault_move how)
 {
 	struct refusal r;
 	harness_knob("mode", "thp");
 	int fd;
-	void *warm = hp_shared_alloc(4 * MiB, 0, &fd); /* lazy set-up out of the count */
-	assert_non_null(warm);
-	assert_int_equal(hp_shared_free(warm), 0);
+	warm_shared();
 	fault_mremap_fixed(ENOMEM, how, 1);
 	fault_map_off_boundary(1);
 	r.before = maps_now();
@@ -109,6 +116,27 @@ static void test_shared_move_refused(void **state)
 	assert_int_equal(r.err, ENOMEM);
 	assert_int_equal(r.after.open, r.before.open);
 	assert_true(r.after.all <= r.before.all + 1);
+}
+
+/* No reservation to move into (an address space limit): the block fails
+ * with ENOMEM and leaves nothing mapped. */
+static void test_shared_no_reservation(void **state)
+{
+	(void)state;
+	harness_knob("mode", "thp");
+	int fd;
+	warm_shared();
+	fault_map_off_boundary(1);
+	fault_map_reserve(1);
+	struct maps before = maps_now();
+	void *p = hp_shared_alloc(4 * MiB, 0, &fd);
+	int err = errno;
+	struct maps after = maps_now();
+	fault_map_reserve(0);
+	assert_int_equal(fault_map_reserve_refused(), 1);
+	assert_null(p);
+	assert_int_equal(err, ENOMEM);
+	assert_int_equal(after.all, before.all);
 }
 
 /* A kernel that cannot move the mapping (hugetlb before 5.16 clears the
@@ -205,6 +233,7 @@ int main(int argc, char **argv)
 		HTEST(test_shared_move_taken),
 		HTEST(test_shared_move_cleared),
 		HTEST(test_shared_move_refused),
+		HTEST(test_shared_no_reservation),
 		HTEST(test_shared_move_unsupported),
 		HTEST(test_hugetlb_move_taken),
 		HTEST(test_grow_move_taken),
