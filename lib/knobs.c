@@ -115,7 +115,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 	 * on one CPU: first touch of a fresh block at up to that many times one
 	 * thread's rate (populate.c). */
 	[KNOB_POPULATE] = {"populate", "threads",
-		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
+		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere, never under a memory cgroup's limit or cache_rss_max); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
 	/* on: in a memory-limited cgroup (a container) the cache keeps at most

@@ -45,16 +45,29 @@
  *     sentinel too.  So what the program never touches is at most as much
  *     as it touched, and 64 MiB, per block (4 MiB touched: 8 resident).
  *
- * Memory.  Readahead never costs a process its life, and neither may this:
- * over a memory cgroup's limit a worker's fault gets no ENOMEM, the OOM
- * killer kills the whole process -- for pages it may never touch.  So
- * where a bound holds -- the cgroup's limit (memcg.c measures what is free
- * under it) and cache_rss_max (what is left under it of the process's
- * resident memory) -- what the workers have ahead of every program stays
- * within POP_HEADROOM_PCT of what is free, read again every FREE_FRESH_MS
- * while a job populates.  As the program comes near the bound the window
- * closes, and only its own faults meet the limit, as they would without
- * workers.  An unreadable bound is no bound (memcg.c, smaps.c).
+ * Memory.  Readahead never costs a process its life, and neither may this.
+ * A page a worker faults ahead is charged to the program at once, and
+ * nothing can make it the kernel's to take back until the program writes
+ * it: MADV_FREE after the fault-in, or a drop once the fill stops, would
+ * lose a write of the program's that came between the worker's look and
+ * its call (the kernel keeps a lazily freed page only if it is written
+ * after the MADV_FREE).  Over a memory cgroup's limit nobody's fault gets
+ * ENOMEM: the OOM killer kills the whole process -- for pages it may never
+ * have touched, after it stopped filling and went on to allocate elsewhere
+ * (issue 45: a program at 297 of its 300 MiB, killed with the workers
+ * 38 MiB ahead).  So where a bound holds -- a memory cgroup's limit
+ * (memcg.c) or cache_rss_max (which stands for a monitor of resident
+ * memory, such as Dask's) -- the workers fault nothing ahead: no job is
+ * made for a block mapped under one, and a bound that comes later (a limit
+ * set, seen by the janitor's next look) stops every claim from the
+ * workers' next reading (every FREE_FRESH_MS while a job populates); what
+ * they had ahead by then stays the program's.  A collapse (4 KiB first)
+ * faults nothing the program did not write but charges its fresh huge page
+ * while the 4 KiB ones it copies still are: it runs while POP_HEADROOM_PCT
+ * of what is free holds a chunk (a costly-order charge never invokes the
+ * OOM killer: short of room, MADV_COLLAPSE fails with ENOMEM, and the rest
+ * stays on 4 KiB pages for khugepaged).  An unreadable bound is no bound
+ * (memcg.c, smaps.c).
  *
  * Thread rules:
  *   - Workers start with the first job (no thread before there is work):
@@ -119,8 +132,8 @@
 #define POLL_MAX_US 16000
 #define SCAN_MAX 64                  /* sentinels looked at per check */
 #define AUTO_MAX 8
-/* Under a memory bound, what the workers faulted ahead of the program stays
- * within this share of what is free (see "Memory" above). */
+/* Under a memory bound, what a collapse may charge for a moment: this share
+ * of what is free (see "Memory" above). */
 #define POP_HEADROOM_PCT 50
 #define FREE_FRESH_MS 1              /* a reading of what is free serves this long */
 #define NAME "hpalloc-ahead"         /* at most 15 characters */
@@ -244,23 +257,14 @@ static size_t ceiling(const struct job *j)
 	return c < j->n - 1 ? c : j->n - 1;
 }
 
-/* Chunks claimed beyond what the program reached: faulted, or being. */
-static size_t ahead_chunks(const struct job *j)
+/* pop_lock held: the next chunk a worker may fault, or false.  pick() asks
+ * only where no memory bound holds ("Memory" above).  Claims come in
+ * batches from where the last one ended up to the ceiling, each from its
+ * end back, so that a program faster than the workers meets them once per
+ * batch instead of faulting the same chunk as they do, chunk after chunk. */
+static bool claim(struct job *j, size_t *chunk)
 {
-	size_t r = reached(j), below = j->lo > r ? j->lo - r : 0;
-	size_t from = j->top > r ? j->top : r;
-	return below + (j->hi > from ? j->hi - from : 0);
-}
-
-/* pop_lock held: the next chunk a worker may fault, or false.  room: the
- * bytes more the memory bound lets the workers have ahead (SIZE_MAX: no
- * bound).  Claims come in batches from where the last one ended up to the
- * ceiling (as far as room goes), each from its end back, so that a program
- * faster than the workers meets them once per batch instead of faulting
- * the same chunk as they do, chunk after chunk. */
-static bool claim(struct job *j, size_t *chunk, size_t room)
-{
-	if (j->dead || j->watching || j->collapsing || room < j->chunk)
+	if (j->dead || j->watching || j->collapsing)
 		return false;
 	size_t r = reached(j);
 	if (j->hi < r) /* the program is past the batch: what is left is behind it */
@@ -273,11 +277,9 @@ static bool claim(struct job *j, size_t *chunk, size_t room)
 			*chunk = c;
 			return true;
 		}
-		size_t end = ceiling(j), most = room / j->chunk;
+		size_t end = ceiling(j);
 		if (j->hi >= end)
 			return false;
-		if (end - j->hi > most)
-			end = j->hi + most;
 		j->lo = j->hi;
 		j->top = j->hi = end;
 	}
@@ -435,19 +437,24 @@ static void refresh_free(void)
 	mem_free = free;
 }
 
-/* pop_lock held: the bytes more the workers may fault ahead of the
- * programs: the rule is POP_HEADROOM_PCT of what is free, less what every
- * job has ahead already (which is charged, so in the reading, or claimed
- * since: counted either way). */
+/* pop_lock held: whether a memory bound held at the last reading. */
+static bool bound_held(void)
+{
+	return mem_free != SIZE_MAX;
+}
+
+/* pop_lock held: the bytes a collapse may charge for a moment under the
+ * bounds: POP_HEADROOM_PCT of what is free (SIZE_MAX: no bound). */
 static size_t room_left(void)
 {
-	if (mem_free == SIZE_MAX)
-		return SIZE_MAX;
-	size_t ahead = 0, share = mem_free / 100 * POP_HEADROOM_PCT;
-	for (int i = 0; i < MAX_JOBS; i++)
-		if (jobs[i].used && !jobs[i].dead && !jobs[i].watching && !jobs[i].collapsing)
-			ahead += ahead_chunks(&jobs[i]) * jobs[i].chunk;
-	return share > ahead ? share - ahead : 0;
+	return bound_held() ? mem_free / 100 * POP_HEADROOM_PCT : SIZE_MAX;
+}
+
+/* Whether a bound holds now, for a block about to get a job: the cgroup's
+ * limit as the last look found it, cache_rss_max as set. */
+static bool bound_holds_now(void)
+{
+	return memcg_limited() || hp_knob(KNOB_CACHE_RSS_MAX) != 0;
 }
 
 /* ---- the workers ------------------------------------------------------------------ */
@@ -487,7 +494,7 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 	*wait_us = 0;
 	if (forking)
 		return NOTHING; /* until populate_fork's parent phase wakes us */
-	size_t room = room_left();
+	bool bound = bound_held();
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
@@ -497,7 +504,7 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 				behind = j;
 			continue;
 		}
-		if (claim(j, chunk, room)) {
+		if (!bound && claim(j, chunk)) {
 			*out = j;
 			return FAULT;
 		}
@@ -510,6 +517,7 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 		if (j->check_at_us < soonest)
 			soonest = j->check_at_us;
 	}
+	size_t room = behind ? room_left() : 0;
 	for (int i = 0; behind && i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (j->used && !j->dead && j->collapsing && collapse_step(j, chunk, room)) {
@@ -818,7 +826,7 @@ void populate_watch(const struct hp_map *m)
 	bool made = false;
 
 	if (!want || m->len < POP_MIN_BLOCK || m->len / chunk < 2 * GROUP ||
-	    atomic_load_explicit(&unsupported, memory_order_relaxed))
+	    atomic_load_explicit(&unsupported, memory_order_relaxed) || bound_holds_now())
 		return;
 	if (prim_resident(m->addr) != 0) {
 		HP_ERRNO_RESTORE;

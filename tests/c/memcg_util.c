@@ -96,7 +96,10 @@ bool tmemcg_try_limit(size_t limit)
 
 void tmemcg_set_limit(size_t limit)
 {
-	if (!write_text(tmemcg.dir, tmemcg.version == 1 ? "memory.limit_in_bytes" : "memory.max", "%zu", limit))
+	const char *file = tmemcg.version == 1 ? "memory.limit_in_bytes" : "memory.max";
+	bool ok = limit == TMEMCG_NO_LIMIT ? write_text(tmemcg.dir, file, "%s", tmemcg.version == 1 ? "-1" : "max")
+					   : write_text(tmemcg.dir, file, "%zu", limit);
+	if (!ok)
 		fail_msg("cannot set the limit of %s: %s", tmemcg.dir, strerror(errno));
 }
 

@@ -37,6 +37,8 @@ int tmemcg_spawn(int (*fn)(void *), void *arg);
 /* Out, what is left inside killed, removed.  Idempotent. */
 void tmemcg_remove(void);
 
+/* TMEMCG_NO_LIMIT: none ("-1", "max"), for tmemcg_make too. */
+#define TMEMCG_NO_LIMIT ((size_t)-1)
 void tmemcg_set_limit(size_t limit);
 /* The same without failing the case (a limit below what the kernel can
  * reclaim is refused: EBUSY); fork children call it.  Whether it took. */

@@ -20,9 +20,11 @@
  *   - A fork while the block is on 4 KiB pages first: the child's copy is
  *     THP-eligible again (nobody collapses it there), its data intact; the
  *     parent's block is collapsed as ever.
- *   - In a memory cgroup whose limit leaves the block little room: a
- *     collapse needs a fresh 2 MiB page while the 4 KiB ones it copies are
- *     still charged.  The program runs to the end, no OOM kill.
+ *   - In a memory cgroup whose limit leaves the block little room: no
+ *     worker follows a block under a limit (populate.c's "Memory"), so none
+ *     is faulted at 4 KiB first -- its first touch is on huge pages, as
+ *     with 2M, with no collapse's moment of double charge.  The program
+ *     runs to the end, no OOM kill.
  * On a kernel before 6.1 (no MADV_COLLAPSE) the cases skip: the knob then
  * leaves blocks on huge pages from their first fault. */
 #include "harness.h"
@@ -294,18 +296,20 @@ static int memcg_child(void *arg)
 	knobs("0");
 	if (small_first())
 		return 2;
+	uint64_t small = harness_stat(HP_STAT_POPULATE_SMALL_FIRST);
 	char *p = hp_malloc(MEMCG_BLOCK);
 	if (!p)
 		return 3;
 	harness_fill_slowly(p, MEMCG_BLOCK, 5, 1);
-	/* the workers collapse what room there is: give them time */
-	bool huge = harness_huge_within(p, MEMCG_BLOCK, 10000);
+	bool huge = harness_huge_within(p, MEMCG_BLOCK, 1000);
 	print_message("  filled %zu MiB: AnonHugePages %zu MiB (%s), cgroup usage %zu MiB, collapsed %llu MiB\n",
 		      (size_t)MEMCG_BLOCK >> 20, harness_anon_huge(p, MEMCG_BLOCK) >> 20, huge ? "all" : "not all",
 		      tmemcg_usage() >> 20,
 		      (unsigned long long)harness_stat(HP_STAT_POPULATE_COLLAPSED_BYTES) >> 20);
 	if (harness_check_filled(p, MEMCG_BLOCK, 5) != SIZE_MAX)
 		return 4;
+	if (harness_stat(HP_STAT_POPULATE_SMALL_FIRST) != small || !huge)
+		return 5;
 	hp_free(p);
 	return 0;
 }
@@ -322,6 +326,8 @@ static void test_memcg_no_oom(void **state)
 	print_message("populate_pages=4K, %zu MiB block in a %zu MiB limit: %s, %zu OOM kills, peak %zu MiB\n",
 		      (size_t)MEMCG_BLOCK >> 20, (size_t)MEMCG_LIMIT >> 20, tmemcg_status_text(status), kills,
 		      peak >> 20);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 5)
+		fail_msg("under a memory limit the block was faulted at 4 KiB first (or not on huge pages)");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		fail_msg("the program that fits its limit did not run to the end: %s", tmemcg_status_text(status));
 	assert_int_equal(kills, 0);

@@ -6,10 +6,10 @@
  *     a THP block is held is counted within a janitor round or two; with
  *     no block held, splits (the test's, and any other process's) are not.
  *   - Root: with khugepaged/max_ptes_none lowered for the case (64; 511,
- *     the default, keeps the shrinker off) a block the populate workers
- *     faulted ahead of the program, still zeros, loses its huge pages to a
- *     memory cgroup's reclaim (smaps AnonHugePages), and the library counts
- *     under-used splits.  The setting is put back at the end of the case,
+ *     the default, keeps the shrinker off) a block whose huge pages are
+ *     mostly zeros (a byte written in each: a sparse program's) loses them
+ *     to a memory cgroup's reclaim (smaps AnonHugePages), and the library
+ *     counts under-used splits.  The setting is put back at the end of the case,
  *     at exit, and if the program is killed by a signal the harness
  *     catches. */
 #include "harness.h"
@@ -134,20 +134,21 @@ static bool lower_ptes_none(const char *value)
 	return fclose(f) == 0;
 }
 
-/* In the cgroup: a block filled 16 MiB, the workers ahead of it (zeros);
- * then the cgroup's reclaim (the parent asks it to give back what it
- * cannot, there being no swap: the kernel tries everything, the under-used
- * shrinker included).  Exits 0 if the block lost huge pages and the
- * library counted under-used splits. */
+/* In the cgroup: a block filled 64 MiB, then a byte written in each huge
+ * page of the next 64 MiB (huge pages of zeros but for one byte); then the
+ * cgroup's reclaim (the parent asks it to give back what it cannot, there
+ * being no swap: the kernel tries everything, the under-used shrinker
+ * included).  Exits 0 if the block lost huge pages and the library counted
+ * under-used splits. */
 static int underused_child(void *arg)
 {
 	(void)arg;
-	harness_knob("populate", "2");
 	char *p = hp_malloc(256 * MiB);
 	if (!p)
 		return 2;
-	harness_fill_slowly(p, 64 * MiB, 1, 2); /* the workers get ahead: up to 64 MiB of zeros */
-	harness_sleep_ms(300);
+	harness_fill_slowly(p, 64 * MiB, 1, 0);
+	for (size_t off = 64 * MiB; off < 128 * MiB; off += 2 * MiB)
+		p[off + 4096] = 1;
 	struct harness_smaps before, after;
 	if (harness_smaps_range(p, 256 * MiB, &before) != 0)
 		return 3;
@@ -164,6 +165,9 @@ static int underused_child(void *arg)
 		(unsigned long long)(harness_stat(HP_STAT_THP_UNDERUSED_SPLITS_SEEN) - seen));
 	if (harness_check_filled(p, 64 * MiB, 1) != SIZE_MAX)
 		return 4; /* what the program wrote is never lost */
+	for (size_t off = 64 * MiB; off < 128 * MiB; off += 2 * MiB)
+		if (p[off + 4096] != 1)
+			return 4;
 	return after.anon_huge < before.anon_huge &&
 	       harness_stat(HP_STAT_THP_UNDERUSED_SPLITS_SEEN) > seen ? 0 : 1;
 }
