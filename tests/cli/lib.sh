@@ -65,17 +65,37 @@ note_skip() {
 skip_test() { note_skip "$@"; exit 77; }
 
 # ---- running things as an unprivileged user ------------------------------------
-# The build tree may sit where nobody cannot enter (a clone under /root, the
-# 0700 scratch directory of tests/run-test): as_nobody runs copies of the
-# files it needs from a world-readable directory of its own (removed at
-# exit).  nobody_stage FILE sets $staged to the path of FILE's copy (not in
-# a subshell: the directory must be remembered for cleanup).
+# The build and source trees may sit where nobody cannot enter (a clone
+# under /root or under `mktemp -d`, both 0700), and so does the scratch
+# directory of tests/run-test (HPALLOC_TEST_TMPDIR, $tmp: 0700, root's):
+# whatever nobody must read or run (programs, the libraries they load by
+# RUNPATH, control files) goes into a directory of its own under /tmp
+# first, $nobody_dir (0755, removed at exit; made in this shell, not in a
+# subshell, so that cleanup finds it).  Every test that runs something as
+# another user brings it there.
 nobody_dir=
-nobody_stage() {
-	if [ -z "$nobody_dir" ]; then
-		nobody_dir=$(mktemp -d /tmp/hpalloc-nobody.XXXXXX) || fail "mktemp"
-		chmod 0755 "$nobody_dir"
+# nobody_dir_make: makes $nobody_dir once; nobody must be able to enter it
+# (needs can_be_nobody).
+nobody_dir_make() {
+	[ -z "$nobody_dir" ] || return 0
+	nobody_dir=$(mktemp -d /tmp/hpalloc-nobody.XXXXXX) || fail "mktemp"
+	chmod 0755 "$nobody_dir" || fail "chmod $nobody_dir"
+	as_nobody test -x "$nobody_dir" ||
+		fail "nobody cannot enter $nobody_dir (a directory above it is closed to others)"
+}
+# nobody_setuid_dir: nobody_dir_make, and the test is skipped when that
+# directory's file system is mounted nosuid (no setuid program runs there).
+nobody_setuid_dir() {
+	nobody_dir_make
+	if findmnt -no OPTIONS -T "$nobody_dir" | grep -qw nosuid; then
+		skip_test root "$nobody_dir is on a nosuid file system: no setuid program can run there"
 	fi
+}
+# nobody_stage FILE: copies FILE (a symbolic link: what it points to) into
+# $nobody_dir under FILE's own name, readable and runnable by all; its
+# path in $staged.
+nobody_stage() {
+	nobody_dir_make
 	staged=$nobody_dir/${1##*/}
 	cp "$1" "$staged" && chmod a+rx "$staged" || fail "cannot stage $1"
 }

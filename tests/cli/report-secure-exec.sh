@@ -14,13 +14,12 @@
 [ "$(id -u)" = 0 ] || skip_test root "making a setuid-root program needs root (CI runs the tests as root)"
 can_be_nobody || skip_test nonroot "cannot switch to nobody (setpriv missing or no such user)"
 
-# A directory nobody can traverse, on a file system that honours setuid.
-dir=$(mktemp -d /tmp/hpalloc-secure-report.XXXXXX) || exit 99
-trap 'rm -rf "$dir"; cleanup' EXIT
-chmod 0755 "$dir"
-if findmnt -no OPTIONS -T "$dir" | grep -qw nosuid; then
-	skip_test root "$dir is on a nosuid file system: no setuid program can run there"
-fi
+# A directory nobody can traverse, on a file system that honours setuid
+# (tests/cli/lib.sh).  The programs in it run setuid root when nobody runs
+# them: what they load (the build's library, the Python package) they read
+# as root.
+nobody_setuid_dir
+dir=$nobody_dir
 # root's private report directory, as `hpctl run --check` run by root makes it
 rep=$(mktemp -d "$tmp/rep.XXXXXX") && chmod 0700 "$rep" || fail "mktemp"
 : >"$rep/report"

@@ -10,31 +10,28 @@ bin=$builddir/tests/cli/knobwatch-static
 [ "$(id -u)" = 0 ] || skip_test root "making a setuid-root program needs root (CI runs the tests as root)"
 can_be_nobody || skip_test nonroot "cannot switch to nobody (setpriv missing or no such user)"
 
-# A directory nobody can traverse, on a file system that honours setuid.
-dir=$(mktemp -d /tmp/hpalloc-secure.XXXXXX) || exit 99
-trap 'rm -rf "$dir"; cleanup' EXIT
-chmod 0755 "$dir"
-cp "$bin" "$dir/kw"
-chmod 0755 "$dir/kw"
-if findmnt -no OPTIONS -T "$dir" | grep -qw nosuid; then
-	skip_test root "$dir is on a nosuid file system: no setuid program can run there"
-fi
+# A directory nobody can traverse, on a file system that honours setuid
+# (tests/cli/lib.sh).
+nobody_setuid_dir
+dir=$nobody_dir
+nobody_stage "$bin"
+kw=$staged
 ctl=$dir/control
 mkdir -m 0755 "$ctl"
 echo 16M >"$ctl/threshold"
 
-as_nobody() {
+as_nobody_kw() {
 	# no sanitizer preload: it is ignored in secure execution anyway
 	env -u LD_PRELOAD HPALLOC_CONTROL_DIR="$ctl" HPALLOC_THRESHOLD=8M \
-		setpriv --reuid=nobody --regid=nogroup --clear-groups "$dir/kw" -t 0.3 threshold
+		setpriv --reuid=nobody --regid=nogroup --clear-groups "$kw" -t 0.3 threshold
 }
 
-run as_nobody
+run as_nobody_kw
 [ "$rc" = 0 ] || fail "plain run as nobody: $rc $err"
 contains "$out" "threshold=8M env" "without setuid the environment counts"
 
-chmod 4755 "$dir/kw"
-run as_nobody
+chmod 4755 "$kw"
+run as_nobody_kw
 [ "$rc" = 0 ] || fail "setuid run: $rc $err"
 case $out in
 *"threshold=1M default"*) ok ;;
