@@ -24,10 +24,12 @@ against the declared ABI of one release of each (python/hpalloc/abi/), so
 the build runs isolated and the user installs torch or pyarrow whenever.
 configure's summary says what was left out.
 
-One wheel serves CPython 3.10 and later: built by a CPython >= 3.10, the
-extensions use the limited API (configure --enable-limited-api) and the
-wheel is tagged cp310-abi3; an older or a free-threaded CPython builds a
-wheel for itself alone (cpXY-cpXY).
+One wheel serves CPython 3.10 and later: built by a CPython >= 3.10 with
+NumPy 2 (the build environment's), the extensions use the limited API
+(configure --enable-limited-api) and the wheel is tagged cp310-abi3; an
+older or a free-threaded CPython, or NumPy 1.x headers (pip
+--no-build-isolation beside them), build a wheel for that interpreter
+alone (cpXY-cpXY).
 
 Settings (pip install --config-settings=NAME=VALUE, python -m build
 --config-setting=NAME=VALUE):
@@ -211,9 +213,17 @@ def found(configure_output):
 
 def limited_api():
     """Whether this Python builds the abi3 wheel: CPython 3.10 or later,
-    not free-threaded (which has no stable ABI)."""
-    return (sys.implementation.name == "cpython" and sys.version_info >= (3, 10)
-            and not sysconfig.get_config_var("Py_GIL_DISABLED"))
+    not free-threaded (which has no stable ABI), with NumPy 2's headers
+    (build isolation's, pyproject.toml; NumPy 1.x's do not compile under
+    the limited API, as with --no-build-isolation beside Debian's)."""
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 10) or \
+            sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    try:
+        import numpy
+    except ImportError:
+        return False  # configure says NumPy is missing
+    return int(numpy.__version__.split(".")[0]) >= 2
 
 
 def wheel_tag():
