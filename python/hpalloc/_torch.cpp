@@ -27,7 +27,8 @@
  *     checked the release.  Until then install() & co refuse.
  * Whatever the version says (a nightly "2.13.0a0" may have changed
  * c10::Allocator), bind() and install() first check the running libc10's
- * layout against the compiled one (check_layout below) and refuse on a
+ * layout against the compiled one (check_vtables, check_current
+ * below) and refuse on a
  * difference, before anything of c10 is called through a vtable.
  *
  * Kept to one small translation unit: c10's headers are slow to compile.

@@ -31,7 +31,7 @@ for p in $pythons; do
 	run "$tmp/cpython_check"
 	[ "$rc" = 0 ] || fail "abi/cpython.h differs from $p's headers: $(printf '%s\n' "$out" | grep DIFFERENT)"
 	ver=$(sed -n 's/^CPython //p' <<<"$out")
-	checked="$checked ${ver%.*}"
+	case " $checked " in *" ${ver%.*} "*) ;; *) checked="$checked ${ver%.*}" ;; esac
 done
 echo "abi/cpython.h matches the headers of CPython$checked"
 for minor in 3.10 3.11 3.12 3.13; do

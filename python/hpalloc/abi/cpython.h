@@ -22,7 +22,7 @@
  * the machine has and compares each layout and value.
  *
  * HP_CPYTHON_CHECK (the check only) declares everything under hp_decl_
- * names beside Python.h's own.
+ * names beside Python.h's own.  Declarations only: no code, no state.
  */
 #ifndef HPALLOC_ABI_CPYTHON_H
 #define HPALLOC_ABI_CPYTHON_H
