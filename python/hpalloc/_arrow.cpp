@@ -34,6 +34,7 @@
 #include <string>
 
 #include "abi/arrow.h"
+#include "abi/vtable.h"
 #include "hpalloc.h"
 
 namespace {
@@ -73,21 +74,9 @@ PyObject *(*find_box_memory_pool(char *why, size_t len))(hp_arrow::MemoryPool *)
 
 /* ---- the running libarrow's layout ----------------------------------------- */
 
-/* The slot a virtual function's pointer to member names (Itanium C++ ABI:
- * 1 + its byte offset in the vtable). */
-template <typename F>
-long slot_of(F f)
-{
-	struct {
-		long ptr, adj;
-	} rep;
-	static_assert(sizeof(f) == sizeof(rep), "Itanium pointer to member");
-	std::memcpy(&rep, &f, sizeof(rep));
-	return (rep.ptr - 1) / static_cast<long>(sizeof(void *));
-}
-
 /* The declared slots, in the order of hp_arrow::logging_pool_functions. */
 using Pool = hp_arrow::MemoryPool;
+using hp_vtable::slot_of;
 const long declared_slots[] = {
 	slot_of(&Pool::Allocate), slot_of(&Pool::Reallocate), slot_of(&Pool::Free),
 	slot_of(&Pool::ReleaseUnused), slot_of(&Pool::PrintStats), slot_of(&Pool::bytes_allocated),

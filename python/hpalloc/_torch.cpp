@@ -27,9 +27,9 @@
  *     checked the release.  Until then install() & co refuse.
  * Whatever the version says (a nightly "2.13.0a0" may have changed
  * c10::Allocator), bind() and install() first check the running libc10's
- * layout against the compiled one (check_vtables, check_current
- * below) and refuse on a
- * difference, before anything of c10 is called through a vtable.
+ * layout against the compiled one (check_vtables, check_current below)
+ * and refuse on a difference, before anything of c10 is called through a
+ * vtable.
  *
  * Kept to one small translation unit: c10's headers are slow to compile.
  */
@@ -43,6 +43,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "abi/vtable.h"
 #include "hpalloc.h"
 
 #ifdef HP_TORCH_ABI
@@ -197,33 +198,19 @@ uint8_t slot_priority;          /* the priority we last set the slot with */
  * layout that says: c10's default one (its vtable pointer is that vtable's
  * address point), hpalloc's, or the one hpalloc replaced (checked then). */
 
-/* The slot a virtual function's pointer to member names (Itanium C++ ABI:
- * 1 + its byte offset in the vtable). */
-template <typename F>
-long slot_of(F f)
-{
-	struct {
-		long ptr, adj;
-	} rep;
-	static_assert(sizeof(f) == sizeof(rep), "Itanium pointer to member");
-	std::memcpy(&rep, &f, sizeof(rep));
-	return (rep.ptr - 1) / static_cast<long>(sizeof(void *));
-}
-
 /* One virtual function more than c10::Allocator: its slot is the number of
  * c10::Allocator's.  Only named, never defined or made. */
 struct SlotProbe : c10x::Allocator {
 	virtual void hp_probe();
 };
 
-constexpr long vtable_header = 2; /* offset to top, type info */
 constexpr const char *default_vtable = "_ZTVN3c1019DefaultCPUAllocatorE";
 constexpr const char *base_vtable = "_ZTVN3c109AllocatorE";
 void *default_vptr; /* c10::DefaultCPUAllocator's address point, once checked */
 
 long compiled_vtable_entries()
 {
-	return vtable_header + slot_of(&SlotProbe::hp_probe);
+	return hp_vtable::header + hp_vtable::slot_of(&SlotProbe::hp_probe);
 }
 
 /* The entries of the vtable `name` as lib's dynamic symbol table sizes it,
@@ -262,7 +249,7 @@ const char *check_vtables(void *lib, const char *path, char *why, size_t len)
 			 "hpalloc was built for %ld: another layout", path, got, want);
 		return why;
 	}
-	default_vptr = static_cast<char *>(vt) + vtable_header * sizeof(void *);
+	default_vptr = static_cast<char *>(vt) + hp_vtable::header * sizeof(void *);
 	return nullptr;
 }
 
