@@ -81,7 +81,8 @@ base=${SDIST##*/}
 base=${base%.tar.gz}
 listing=$(tar tzf "$SDIST") || fail "tar tzf $SDIST"
 for f in configure PKG-INFO pyproject.toml python/wheel/hpalloc_build.py Makefile.in \
-	python/hpalloc/abi/c10.h python/hpalloc/abi/arrow.h include/hpalloc.h; do
+	python/hpalloc/abi/c10.h python/hpalloc/abi/arrow.h python/hpalloc/abi/cpython.h \
+	python/hpalloc/abi/vtable.h include/hpalloc.h; do
 	printf '%s\n' "$listing" | grep -qx "$base/$f" || fail "the sdist lacks $base/$f"
 done
 ok
