@@ -17,8 +17,10 @@
  * built against the declaration of that release's ABI in abi/arrow.h, with
  * no Arrow headers or libraries: it links nothing of Arrow, and bind()
  * looks Arrow's functions up in the libraries pyarrow loaded, once
- * hpalloc.arrow has checked the release (built_for); until then install()
- * & co refuse.
+ * hpalloc.arrow has checked the release (built_for), and checks the
+ * running libarrow's arrow::MemoryPool vtable against the declaration
+ * (check_layout: whatever the version says); until then install() & co
+ * refuse.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +34,7 @@
 #include <string>
 
 #include "abi/arrow.h"
+#include "abi/vtable.h"
 #include "hpalloc.h"
 
 namespace {
@@ -69,8 +72,72 @@ PyObject *(*find_box_memory_pool(char *why, size_t len))(hp_arrow::MemoryPool *)
 	return reinterpret_cast<PyObject *(*)(hp_arrow::MemoryPool *)>(fn);
 }
 
+/* ---- the running libarrow's layout ----------------------------------------- */
+
+/* The declared slots, in the order of hp_arrow::logging_pool_functions. */
+using Pool = hp_arrow::MemoryPool;
+using hp_vtable::slot_of;
+const long declared_slots[] = {
+	slot_of(&Pool::Allocate), slot_of(&Pool::Reallocate), slot_of(&Pool::Free),
+	slot_of(&Pool::ReleaseUnused), slot_of(&Pool::PrintStats), slot_of(&Pool::bytes_allocated),
+	slot_of(&Pool::max_memory), slot_of(&Pool::total_bytes_allocated),
+	slot_of(&Pool::num_allocations), slot_of(&Pool::backend_name),
+};
+static_assert(sizeof(declared_slots) / sizeof(declared_slots[0]) ==
+		      sizeof(hp_arrow::logging_pool_functions) / sizeof(hp_arrow::logging_pool_functions[0]),
+	      "one declared slot per function");
+
+/* Whether entry is the start of a member function of LoggingMemoryPool
+ * (by the exported name the dynamic linker finds there). */
+bool is_pool_function(void *entry)
+{
+	Dl_info info;
+	if (entry == nullptr || dladdr(entry, &info) == 0 || info.dli_saddr != entry ||
+	    info.dli_sname == nullptr)
+		return false;
+	for (const char *prefix : hp_arrow::logging_pool_members)
+		if (std::strncmp(info.dli_sname, prefix, std::strlen(prefix)) == 0)
+			return true;
+	return false;
+}
+
+/* arrow::MemoryPool's vtable in lib (libarrow, at path) against the
+ * declaration, through a LoggingMemoryPool (abi/arrow.h): nullptr, or why
+ * not.  The pool is made in a buffer of ours and only read. */
+const char *check_layout(void *lib, const char *path, char *why, size_t len)
+{
+	auto construct = reinterpret_cast<void (*)(void *, Pool *)>(
+		dlsym(lib, hp_arrow::logging_pool_constructor));
+	if (construct == nullptr) {
+		snprintf(why, len, "%s has no %s to check arrow::MemoryPool's layout with", path,
+			 hp_arrow::logging_pool_constructor);
+		return why;
+	}
+	alignas(64) static unsigned char probe[256]; /* sizeof: a vtable pointer and a pool */
+	construct(probe, nullptr);
+	void *const *vtable = *reinterpret_cast<void *const *const *>(probe);
+	long last = 0;
+	for (size_t i = 0; i < sizeof(declared_slots) / sizeof(declared_slots[0]); i++) {
+		const char *name = hp_arrow::logging_pool_functions[i];
+		void *want = dlsym(lib, name);
+		if (want == nullptr || vtable[declared_slots[i]] != want) {
+			snprintf(why, len, "arrow::MemoryPool's slot %ld in %s is not %s (%s): another "
+				 "layout", declared_slots[i], path, name,
+				 want ? "another function is there" : "not exported");
+			return why;
+		}
+		last = std::max(last, declared_slots[i]);
+	}
+	if (is_pool_function(vtable[last + 1])) {
+		snprintf(why, len, "arrow::MemoryPool in %s has a virtual function after slot %ld, "
+			 "which the one hpalloc was built for has not: another layout", path, last);
+		return why;
+	}
+	return nullptr;
+}
+
 /* Look Arrow's functions up in pyarrow's loaded libarrow and
- * libarrow_python.  nullptr, or why not. */
+ * libarrow_python, and check the layout.  nullptr, or why not. */
 const char *bind_arrow(const char *libarrow, const char *libarrow_python, char *why, size_t len)
 {
 	if (bound)
@@ -89,6 +156,8 @@ const char *bind_arrow(const char *libarrow, const char *libarrow_python, char *
 		}
 		std::memcpy(reinterpret_cast<char *>(&found) + i * sizeof(sym), &sym, sizeof(sym));
 	}
+	if (check_layout(a, libarrow, why, len) != nullptr)
+		return why;
 	PyObject *(*box)(hp_arrow::MemoryPool *) = find_box_memory_pool(why, len);
 	if (box == nullptr)
 		return why;

@@ -108,12 +108,16 @@ static int size_from_object(PyObject *obj, uint64_t *out)
 		return 0;
 	}
 	if (!PyUnicode_Check(obj)) {
-		PyErr_Format(PyExc_TypeError,
-			     "size must be an int or a string like \"2M\", not %.100s",
-			     Py_TYPE(obj)->tp_name);
+		/* the type's name: PyTypeObject is opaque in the limited API */
+		PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
+		if (name != NULL)
+			PyErr_Format(PyExc_TypeError,
+				     "size must be an int or a string like \"2M\", not %.100U",
+				     name);
+		Py_XDECREF(name);
 		return -1;
 	}
-	const char *text = PyUnicode_AsUTF8(obj);
+	const char *text = PyUnicode_AsUTF8AndSize(obj, NULL);
 	if (text == NULL)
 		return -1;
 	if (hp_parse_size(text, out) != 0) {
@@ -134,7 +138,7 @@ static PyObject *handler_for_ctx(void *ctx)
 			Py_INCREF(h->capsule);
 			return h->capsule;
 		}
-	h = PyMem_RawCalloc(1, sizeof(*h));
+	h = PyMem_Calloc(1, sizeof(*h));
 	if (h == NULL)
 		return PyErr_NoMemory();
 	h->ctx = ctx;
@@ -142,7 +146,7 @@ static PyObject *handler_for_ctx(void *ctx)
 	h->handler.allocator.ctx = ctx;
 	h->capsule = make_capsule(&h->handler);
 	if (h->capsule == NULL) {
-		PyMem_RawFree(h);
+		PyMem_Free(h);
 		return NULL;
 	}
 	h->next = ctx_handlers;
@@ -500,7 +504,7 @@ static PyObject *py_parse_knob(PyObject *self, PyObject *args)
 static PyObject *py_parse_assignment(PyObject *self, PyObject *arg)
 {
 	(void)self;
-	const char *word = PyUnicode_AsUTF8(arg);
+	const char *word = PyUnicode_AsUTF8AndSize(arg, NULL);
 	char canon[HP_KNOB_VALUE_MAX], err[HP_KNOB_ERROR_MAX] = "";
 	struct hp_knob_info ki;
 	if (word == NULL)

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "abi/cpython.h"
 #include "hpalloc.h"
 
 /* Layout of NRT_ExternalAllocator (nrt_external.h, a public interface). */

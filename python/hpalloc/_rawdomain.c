@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "abi/cpython.h"
 #include "hpalloc.h"
 
 /* The allocator we wrap, copied once before our functions are set and
@@ -154,7 +155,7 @@ static void *raw_realloc(void *ctx, void *ptr, size_t size)
  * With the same ctx in both, every pairing is valid. */
 static void install_wrapper(void)
 {
-	PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &previous);
+	PyMem_GetAllocator(HP_PY_MEM_DOMAIN_RAW, &previous);
 	PyMemAllocatorEx ours = {
 		.ctx = previous.ctx,
 		.malloc = raw_malloc,
@@ -163,7 +164,7 @@ static void install_wrapper(void)
 		.free = raw_free,
 	};
 	atomic_store(&taking, true);
-	PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &ours);
+	PyMem_SetAllocator(HP_PY_MEM_DOMAIN_RAW, &ours);
 	atomic_store(&wrapped, true);
 }
 
@@ -215,7 +216,7 @@ static PyObject *py_outermost(PyObject *self, PyObject *noargs)
 	PyMemAllocatorEx now;
 	(void)self;
 	(void)noargs;
-	PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &now);
+	PyMem_GetAllocator(HP_PY_MEM_DOMAIN_RAW, &now);
 	return PyBool_FromLong(now.malloc == raw_malloc);
 }
 

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "abi/cpython.h"
 #include "hpalloc.h"
 
 typedef struct {
@@ -27,7 +28,8 @@ typedef struct {
 	bool closed;        /* close() was called: no new buffer, not sent */
 } SharedBlock;
 
-static PyTypeObject SharedBlockType;
+/* A heap type (PyType_FromSpec): the limited API has no static types. */
+static PyObject *SharedBlockType;
 
 static PyObject *error_from_errno(const char *what)
 {
@@ -39,7 +41,8 @@ static PyObject *error_from_errno(const char *what)
 
 static PyObject *wrap(PyTypeObject *type, void *addr, size_t size)
 {
-	SharedBlock *self = (SharedBlock *)type->tp_alloc(type, 0);
+	allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+	SharedBlock *self = (SharedBlock *)alloc(type, 0);
 	if (!self) {
 		hp_shared_free(addr);
 		return NULL;
@@ -93,12 +96,15 @@ static PyObject *block_from_fd(PyObject *cls, PyObject *arg)
 	return wrap((PyTypeObject *)cls, addr, size);
 }
 
-/* The last array, view or name of the block is gone: now it may go. */
+/* The last array, view or name of the block is gone: now it may go.  An
+ * instance of a heap type holds a reference to its type. */
 static void block_dealloc(SharedBlock *self)
 {
+	PyTypeObject *type = Py_TYPE(self);
 	if (self->addr)
 		hp_shared_free(self->addr);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	((freefunc)PyType_GetSlot(type, Py_tp_free))(self);
+	Py_DECREF(type);
 }
 
 static PyObject *closed_error(void)
@@ -117,11 +123,6 @@ static int block_getbuffer(SharedBlock *self, Py_buffer *view, int flags)
 	}
 	return PyBuffer_FillInfo(view, (PyObject *)self, self->addr, (Py_ssize_t)self->size, 0, flags);
 }
-
-static PyBufferProcs block_as_buffer = {
-	(getbufferproc)block_getbuffer,
-	NULL,
-};
 
 static int info_of(SharedBlock *self, struct hp_shared_info *info)
 {
@@ -193,17 +194,21 @@ static PyGetSetDef block_getset[] = {
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject SharedBlockType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "hpalloc._shared.SharedBlock",
-	.tp_basicsize = sizeof(SharedBlock),
-	.tp_dealloc = (destructor)block_dealloc,
-	.tp_as_buffer = &block_as_buffer,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "SharedBlock(size, pagesize=0): huge pages other processes can map by descriptor",
-	.tp_methods = block_methods,
-	.tp_getset = block_getset,
-	.tp_new = block_new,
+static PyType_Slot block_slots[] = {
+	{Py_tp_dealloc, (void *)block_dealloc},
+	{HP_PY_BF_GETBUFFER, (void *)block_getbuffer},
+	{Py_tp_doc, (void *)"SharedBlock(size, pagesize=0): huge pages other processes can map by descriptor"},
+	{Py_tp_methods, block_methods},
+	{Py_tp_getset, block_getset},
+	{Py_tp_new, (void *)block_new},
+	{0, NULL},
+};
+
+static PyType_Spec block_spec = {
+	.name = "hpalloc._shared.SharedBlock",
+	.basicsize = sizeof(SharedBlock),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = block_slots,
 };
 
 static struct PyModuleDef module = {
@@ -216,14 +221,14 @@ PyMODINIT_FUNC PyInit__shared(void);
 
 PyMODINIT_FUNC PyInit__shared(void)
 {
-	if (PyType_Ready(&SharedBlockType) < 0)
+	if (SharedBlockType == NULL && (SharedBlockType = PyType_FromSpec(&block_spec)) == NULL)
 		return NULL;
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
-	Py_INCREF(&SharedBlockType);
-	if (PyModule_AddObject(m, "SharedBlock", (PyObject *)&SharedBlockType) < 0) {
-		Py_DECREF(&SharedBlockType);
+	Py_INCREF(SharedBlockType);
+	if (PyModule_AddObject(m, "SharedBlock", SharedBlockType) < 0) {
+		Py_DECREF(SharedBlockType);
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -16,38 +16,46 @@
  * c10::Allocator is not a stable interface: PyTorch 2 made allocate()
  * non-const and added copy_data() (pure virtual, used by clone()).  The
  * declarations this is compiled against say which they have (the templates
- * below); the vtable is that release's, so the module records the release
- * (built_for) and hpalloc.torch refuses to load it under another one.
- * Two builds (configure --with-torch):
+ * below); the vtable is theirs, so the module records the releases it
+ * serves (serves, built_for) and hpalloc.torch refuses to load it under
+ * another one.  Two builds (configure --with-torch):
  *   - against libtorch's headers (HP_TORCH_ABI unset): linked with libc10,
  *     for the release whose headers these are;
- *   - against the declared ABI of one release (HP_TORCH_ABI,
- *     abi/c10.h): links nothing of PyTorch; bind() looks c10's functions
- *     up in the libc10 PyTorch loaded, once hpalloc.torch has checked the
- *     release.  Until then install() & co refuse.
+ *   - against the declared ABI of the releases abi/c10.h names
+ *     (HP_TORCH_ABI): links nothing of PyTorch; bind() looks c10's
+ *     functions up in the libc10 PyTorch loaded, once hpalloc.torch has
+ *     checked the release.  Until then install() & co refuse.
+ * Whatever the version says (a nightly "2.13.0a0" may have changed
+ * c10::Allocator), bind() and install() first check the running libc10's
+ * layout against the compiled one (check_vtables, check_current below)
+ * and refuse on a difference, before anything of c10 is called through a
+ * vtable.
  *
  * Kept to one small translation unit: c10's headers are slow to compile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
 
+#include "abi/vtable.h"
 #include "hpalloc.h"
 
 #ifdef HP_TORCH_ABI
-#include <dlfcn.h>
 
 #include "abi/c10.h"
 namespace c10x = hp_c10;
-#define HP_TORCH_BUILT_FOR hp_c10::release
+#define HP_TORCH_SERVES hp_c10::releases
 #else
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/api/include/torch/version.h>
 namespace c10x = c10;
-#define HP_TORCH_BUILT_FOR TORCH_VERSION
+#define HP_TORCH_SERVES TORCH_VERSION
 #endif
 
 namespace {
@@ -58,29 +66,25 @@ hp_c10::Functions c10fn;
 bool bound;
 
 /* Look c10's functions up in the libc10.so at path, which must be loaded
- * already (PyTorch's own: RTLD_NOLOAD).  nullptr, or why not. */
-const char *bind_c10(const char *path, char *why, size_t len)
+ * already (PyTorch's own: RTLD_NOLOAD); its handle in *lib.  nullptr, or
+ * why not. */
+const char *find_c10(const char *path, void **lib, hp_c10::Functions *found, char *why, size_t len)
 {
-	if (bound)
-		return nullptr;
-	void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-	if (lib == nullptr) {
+	*lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	if (*lib == nullptr) {
 		snprintf(why, len, "%s is not loaded (import torch first): %s", path, dlerror());
 		return why;
 	}
 	/* kept open: c10 keeps our allocator, we keep its functions */
-	hp_c10::Functions found;
 	for (size_t i = 0; i < sizeof(hp_c10::symbols) / sizeof(hp_c10::symbols[0]); i++) {
-		void *sym = dlsym(lib, hp_c10::symbols[i]);
+		void *sym = dlsym(*lib, hp_c10::symbols[i]);
 		if (sym == nullptr) {
-			snprintf(why, len, "%s has no %s: not PyTorch %s's libc10", path,
-				 hp_c10::symbols[i], hp_c10::release);
+			snprintf(why, len, "%s has no %s: not the libc10 of PyTorch %s", path,
+				 hp_c10::symbols[i], hp_c10::releases);
 			return why;
 		}
-		std::memcpy(reinterpret_cast<char *>(&found) + i * sizeof(sym), &sym, sizeof(sym));
+		std::memcpy(reinterpret_cast<char *>(found) + i * sizeof(sym), &sym, sizeof(sym));
 	}
-	c10fn = found;
-	bound = true;
 	return nullptr;
 }
 
@@ -99,8 +103,7 @@ void report_delete(void *p) { c10fn.reporter_Delete(c10fn.profiledCPUMemoryRepor
 	__builtin_unreachable();
 }
 #else
-const char *bind_c10(const char *, char *, size_t) { return nullptr; } /* linked */
-constexpr bool bound = true;
+bool bound; /* linked: c10's functions are there; bound once its layout is checked */
 
 c10x::Allocator *get_cpu_allocator() { return c10::GetCPUAllocator(); }
 void set_cpu_allocator(c10x::Allocator *a, uint8_t priority) { c10::SetCPUAllocator(a, priority); }
@@ -186,6 +189,124 @@ bool installed;
 c10x::Allocator *handed_back;   /* what uninstall() put in the slot */
 uint8_t slot_priority;          /* the priority we last set the slot with */
 
+/* ---- the running libc10's layout ---------------------------------------------
+ * libc10 exports its vtables with their sizes (the dynamic symbol table's
+ * st_size).  c10::DefaultCPUAllocator's (and c10::Allocator's, where it is
+ * exported) must have as many entries as the c10::Allocator this module
+ * was compiled with: its slots, destructors included, after the offset to
+ * top and the type info.  And the allocator in c10's slot must be one whose
+ * layout that says: c10's default one (its vtable pointer is that vtable's
+ * address point), hpalloc's, or the one hpalloc replaced (checked then). */
+
+/* One virtual function more than c10::Allocator: its slot is the number of
+ * c10::Allocator's.  Only named, never defined or made. */
+struct SlotProbe : c10x::Allocator {
+	virtual void hp_probe();
+};
+
+constexpr const char *default_vtable = "_ZTVN3c1019DefaultCPUAllocatorE";
+constexpr const char *base_vtable = "_ZTVN3c109AllocatorE";
+void *default_vptr; /* c10::DefaultCPUAllocator's address point, once checked */
+
+long compiled_vtable_entries()
+{
+	return hp_vtable::header + hp_vtable::slot_of(&SlotProbe::hp_probe);
+}
+
+/* The entries of the vtable `name` as lib's dynamic symbol table sizes it,
+ * or -1 when lib does not export it; its address in *addr. */
+long exported_entries(void *lib, const char *name, void **addr)
+{
+	Dl_info info;
+	void *entry = nullptr;
+	*addr = dlsym(lib, name);
+	if (*addr == nullptr || dladdr1(*addr, &info, &entry, RTLD_DL_SYMENT) == 0 ||
+	    entry == nullptr || info.dli_sname == nullptr || std::strcmp(info.dli_sname, name) != 0)
+		return -1;
+	return static_cast<long>(static_cast<const ElfW(Sym) *>(entry)->st_size / sizeof(void *));
+}
+
+/* The vtables of lib (the libc10 at path) against the compiled
+ * c10::Allocator: nullptr, or why not. */
+const char *check_vtables(void *lib, const char *path, char *why, size_t len)
+{
+	const long want = compiled_vtable_entries();
+	void *vt, *base;
+	long got = exported_entries(lib, default_vtable, &vt);
+	if (got < 0) {
+		snprintf(why, len, "%s exports no vtable of c10::DefaultCPUAllocator (%s) to check "
+			 "its layout against", path, default_vtable);
+		return why;
+	}
+	if (got != want) {
+		snprintf(why, len, "the vtable of c10::DefaultCPUAllocator in %s has %ld entries, "
+			 "the c10::Allocator hpalloc was built for %ld: another layout", path, got, want);
+		return why;
+	}
+	got = exported_entries(lib, base_vtable, &base);
+	if (got >= 0 && got != want) {
+		snprintf(why, len, "the vtable of c10::Allocator in %s has %ld entries, the one "
+			 "hpalloc was built for %ld: another layout", path, got, want);
+		return why;
+	}
+	default_vptr = static_cast<char *>(vt) + hp_vtable::header * sizeof(void *);
+	return nullptr;
+}
+
+/* c10's CPU allocator is one whose layout was checked: nullptr, or why not. */
+const char *check_current(c10x::Allocator *current, char *why, size_t len)
+{
+	if (current == &allocator || (current != nullptr && current == previous))
+		return nullptr;
+	void *vptr = current ? *reinterpret_cast<void **>(current) : nullptr;
+	if (vptr != nullptr && vptr == default_vptr)
+		return nullptr;
+	Dl_info info;
+	bool named = vptr != nullptr && dladdr(vptr, &info) != 0;
+	snprintf(why, len, "c10's CPU allocator is not c10's DefaultCPUAllocator (its vtable "
+		 "pointer %p is %s%s%s): a class whose layout hpalloc cannot check", vptr,
+		 named && info.dli_sname ? info.dli_sname : "not an exported vtable",
+		 named && info.dli_fname ? " in " : "", named && info.dli_fname ? info.dli_fname : "");
+	return why;
+}
+
+/* The libc10 PyTorch loaded, at path: c10's functions found in it
+ * (declared ABI) or the one this module is linked with (whose path
+ * replaces path), its layout checked.  nullptr, or why not. */
+const char *bind_c10(const char *path, char *why, size_t len)
+{
+	if (bound)
+		return nullptr;
+	void *lib = nullptr;
+#ifdef HP_TORCH_ABI
+	hp_c10::Functions found;
+	if (find_c10(path, &lib, &found, why, len) != nullptr)
+		return why;
+#else
+	Dl_info info;
+	if (dladdr(reinterpret_cast<void *>(&c10::GetCPUAllocator), &info) != 0 && info.dli_fname) {
+		path = info.dli_fname;
+		lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	}
+	if (lib == nullptr) {
+		snprintf(why, len, "the libc10 hpalloc._torch is linked with is not found");
+		return why;
+	}
+#endif
+	if (check_vtables(lib, path, why, len) != nullptr)
+		return why;
+#ifdef HP_TORCH_ABI
+	c10fn = found;
+#endif
+	if (check_current(get_cpu_allocator(), why, len) != nullptr)
+		return why;
+	bound = true;
+	return nullptr;
+}
+
+/* What works under any release, said with each refusal. */
+#define HP_TORCH_ANY_RELEASE "`hpctl run --preload -- COMMAND` puts tensors on huge pages under any PyTorch release"
+
 /* Before anything touches c10 (declared ABI: its functions are found). */
 bool require_bound()
 {
@@ -225,6 +346,11 @@ PyObject *py_install(PyObject *, PyObject *args)
 	if (current == &allocator) {
 		installed = true;
 		Py_RETURN_NONE;
+	}
+	char why[512];
+	if (check_current(current, why, sizeof(why)) != nullptr) {
+		PyErr_Format(PyExc_RuntimeError, "hpalloc.torch: %s; nothing was changed (" HP_TORCH_ANY_RELEASE ")", why);
+		return nullptr;
 	}
 	uint8_t effective = static_cast<uint8_t>(priority);
 	if (current == handed_back && slot_priority > effective)
@@ -306,15 +432,18 @@ PyMODINIT_FUNC PyInit__torch(void);
 PyMODINIT_FUNC PyInit__torch(void)
 {
 	PyObject *m = PyModule_Create(&module);
-	/* The release whose interface this was compiled for (its headers, or
-	 * the declared ABI: declared_abi): hpalloc.torch compares it with the
-	 * torch it runs under before using anything else here. */
+	/* The releases whose interface this was compiled for (its headers'
+	 * TORCH_VERSION, or those abi/c10.h was checked against, space
+	 * separated: declared_abi): hpalloc.torch compares them with the torch
+	 * it runs under before using anything else here.  any_release: what
+	 * works under every release, for hpalloc.torch's refusals. */
 #ifdef HP_TORCH_ABI
 	const bool declared = true;
 #else
 	const bool declared = false;
 #endif
-	if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", HP_TORCH_BUILT_FOR) != 0 ||
+	if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", HP_TORCH_SERVES) != 0 ||
+			     PyModule_AddStringConstant(m, "any_release", HP_TORCH_ANY_RELEASE) != 0 ||
 			     PyModule_AddIntConstant(m, "declared_abi", declared) != 0)) {
 		Py_DECREF(m);
 		return nullptr;

@@ -26,7 +26,10 @@ release; the libraries are libarrow.so.<major>00): importing it under
 another release is an ImportError that says so (built_for: the release it
 serves).  It is built against a declaration of that release's ABI
 (python/hpalloc/abi/arrow.h, Arrow 26), with no Arrow at build time, so
-pyarrow may be installed after hpalloc.
+pyarrow may be installed after hpalloc.  Whatever the version says, the
+running libarrow's MemoryPool vtable is checked against the declaration
+before anything is swapped.  `hpctl run --preload` puts Arrow's buffers on
+huge pages under any release (it selects pyarrow's system pool).
 """
 
 import importlib.util
@@ -54,12 +57,14 @@ if importlib.util.find_spec(__package__ + "._arrow") is None:
     )
 from . import _arrow  # noqa: E402  (links nothing of Arrow: loads anywhere)
 
+ANY_RELEASE = ("`hpctl run --preload -- COMMAND` puts Arrow buffers on huge pages "
+               "under any pyarrow release (docs/python.md, \"pandas and pyarrow\")")
+
 if _release(_arrow.built_for) != _release(_pyarrow.__version__):
     raise ImportError("hpalloc.arrow serves pyarrow %s, this is %s: install "
-                      "pyarrow==%s.* in this environment (docs/python.md, "
-                      "\"pandas and pyarrow\")"
+                      "pyarrow==%s.* in this environment; or %s"
                       % (_release(_arrow.built_for), _pyarrow.__version__,
-                         _release(_arrow.built_for)))
+                         _release(_arrow.built_for), ANY_RELEASE))
 
 
 def _library(name):
@@ -73,7 +78,11 @@ def _library(name):
     return so  # the dynamic linker's name: bind() says it is not loaded
 
 
-_arrow.bind(_library("libarrow"), _library("libarrow_python"))
+try:
+    _arrow.bind(_library("libarrow"), _library("libarrow_python"))
+except ImportError as exc:
+    raise ImportError("hpalloc.arrow cannot use pyarrow %s: %s; %s"
+                      % (_pyarrow.__version__, exc, ANY_RELEASE)) from None
 
 __all__ = ["install", "uninstall", "installed", "pool", "built_for"]
 

@@ -21,14 +21,18 @@ takes 1, so a library registering its own with the default priority at
 import does not silently displace it; RuntimeError if a higher one holds
 the slot.
 
-The adapter is compiled for one PyTorch release (c10's Allocator is a C++
+The adapter is compiled for c10's Allocator of given releases (a C++
 vtable that changes between releases): importing it under another release
-is an ImportError that says so, before anything of c10 is touched
-(built_for: the release it serves).  hpalloc's wheel builds it against a
-declaration of PyTorch 2.13's interface (python/hpalloc/abi/c10.h), so it
-needs no PyTorch to build and PyTorch may be installed after hpalloc; a
-build from source against libtorch's headers serves the PyTorch of those
-headers (docs/python.md, "PyTorch").
+is an ImportError that says so, before anything of c10 is touched (serves:
+the releases it serves).  hpalloc's wheel builds it against a declaration
+of PyTorch 2.13's, 2.14's and 2.15's interface (python/hpalloc/abi/c10.h,
+checked against each one's headers), so it needs no PyTorch to build and
+PyTorch may be installed after hpalloc; a build against a PyTorch's own
+headers (pip install --config-settings=torch-headers=auto) serves that
+release (docs/python.md, "PyTorch").  Whatever the version says, the
+running libc10's vtables are checked against the compiled ones first: a
+different layout is refused too.  `hpctl run --preload` puts tensors on
+huge pages under any release.
 """
 
 import importlib.util
@@ -64,29 +68,39 @@ except ImportError as exc:  # the dynamic linker: built for another libc10
                       "\"PyTorch\")" % (_torch_module.__version__, exc)) from None
 
 
+# The releases the module serves ("2.13 2.14 2.15": the declared ABI; a
+# build against headers: their TORCH_VERSION).
+serves = tuple(_release(r) for r in _torch.built_for.split())
+built_for = _torch.built_for
+
+REBUILD = ("build hpalloc against this PyTorch's headers: pip install "
+           "--no-build-isolation --config-settings=torch-headers=auto . in a "
+           "clone or the sdist (docs/python.md, \"PyTorch\")")
+
+
 def _other_release():
-    served = _release(_torch.built_for)
     if getattr(_torch, "declared_abi", False):
-        how = ("install torch==%s.* in this environment, or build hpalloc from "
-               "source against this PyTorch's headers (docs/python.md, "
-               "\"PyTorch\")" % served)
+        how = "install torch==%s.* in this environment, or %s" % (serves[-1], REBUILD)
     else:
-        how = ("rebuild hpalloc against this PyTorch's headers (docs/python.md, "
-               "\"PyTorch\")")
-    return ImportError("hpalloc.torch serves PyTorch %s, this is %s: %s"
-                       % (served, _torch_module.__version__, how))
+        how = REBUILD
+    return ImportError("hpalloc.torch serves PyTorch %s, this is %s: %s; or %s"
+                       % (", ".join(serves), _torch_module.__version__, how,
+                          _torch.any_release))
 
 
-if _release(_torch.built_for) != _release(_torch_module.__version__):
+if _release(_torch_module.__version__) not in serves:
     raise _other_release()
 
-# The declared-ABI build finds c10's functions in the libc10 PyTorch loaded
-# (a linked build has them already: a no-op).
-_torch.bind(os.path.join(os.path.dirname(_torch_module.__file__), "lib", "libc10.so"))
+# The libc10 PyTorch loaded: the declared-ABI build finds c10's functions in
+# it; both builds check its layout (vtables) before anything else.
+try:
+    _torch.bind(os.path.join(os.path.dirname(_torch_module.__file__), "lib", "libc10.so"))
+except ImportError as exc:
+    raise ImportError("hpalloc.torch cannot use PyTorch %s: %s; %s (docs/python.md, "
+                      "\"PyTorch\")" % (_torch_module.__version__, exc,
+                                        _torch.any_release)) from None
 
-__all__ = ["install", "uninstall", "installed", "built_for"]
-
-built_for = _torch.built_for
+__all__ = ["install", "uninstall", "installed", "built_for", "serves"]
 
 _lock = threading.Lock()
 

@@ -24,6 +24,23 @@ against the declared ABI of one release of each (python/hpalloc/abi/), so
 the build runs isolated and the user installs torch or pyarrow whenever.
 configure's summary says what was left out.
 
+One wheel serves CPython 3.10 and later: built by a CPython >= 3.10 with
+NumPy 2 (the build environment's), the extensions use the limited API
+(configure --enable-limited-api) and the wheel is tagged cp310-abi3; an
+older or a free-threaded CPython, or NumPy 1.x headers (pip
+--no-build-isolation beside them), build a wheel for that interpreter
+alone (cpXY-cpXY).
+
+Settings (pip install --config-settings=NAME=VALUE, python -m build
+--config-setting=NAME=VALUE):
+  torch-headers=auto|DIR   build the PyTorch adapter against a PyTorch's
+      own headers instead of the declared ABI: DIR is a torch package
+      directory (its include/ and lib/), auto the torch the building Python
+      imports (pip install --no-build-isolation: an isolated build
+      environment has no torch).  The adapter then serves that PyTorch's
+      release alone and links its libc10.so (left out of the wheel: torch
+      loads it first).
+
 The wheel is then repaired by auditwheel: liburing and libnuma are copied
 into it (hpalloc.libs/, found through $ORIGIN) and it is tagged manylinux
 for the oldest glibc its files need.
@@ -138,10 +155,10 @@ def run(cmd, cwd, what=None):
     return "".join(lines)
 
 
-def configure_script():
+def configure_script(top=TOP):
     """The tree's configure: a release sdist carries it; a clone makes it
     once with ./autogen.sh (autoconf, automake, libtool), as README says."""
-    script = os.path.join(TOP, "configure")
+    script = os.path.join(top, "configure")
     if not os.path.exists(script):
         if shutil.which("autoreconf") is None:
             stop("this clone has no configure yet and autoreconf is missing: install "
@@ -155,12 +172,28 @@ def jobs():
     return "-j%d" % max(1, os.cpu_count() or 1)
 
 
+def sources(scratch):
+    """The tree to configure out of tree: this one or, where ./configure
+    ran in it (README's non-root recipe does; automake then refuses any
+    other build of it), a copy of its sources that its own `make distdir`
+    makes in scratch (nothing of the tree's build is changed)."""
+    if not os.path.exists(os.path.join(TOP, "config.status")):
+        return TOP
+    copy = os.path.join(scratch, "src")
+    say("this tree was configured in place: building a copy of its sources "
+        "(make distdir)")
+    run(["make", "distdir", "distdir=" + copy], cwd=TOP,
+        what="make distdir in this tree (configured in place; `make distclean` "
+             "here builds it as a clone)")
+    return copy
+
+
 def build_tree(scratch, configure_args, make_targets, make_vars=()):
     """configure out of tree in scratch/build, then make each target; the
     build directory and configure's summary of what it found."""
     build = os.path.join(scratch, "build")
     os.makedirs(build)
-    out = run([configure_script()] + configure_args, cwd=build)
+    out = run([configure_script(sources(scratch))] + configure_args, cwd=build)
     for target in make_targets:
         run(["make", jobs() if target == "all" else "-j1", target] + list(make_vars), cwd=build,
             what="make " + target)
@@ -178,11 +211,55 @@ def found(configure_output):
 
 # ---- the wheel ------------------------------------------------------------------
 
+def limited_api():
+    """Whether this Python builds the abi3 wheel: CPython 3.10 or later,
+    not free-threaded (which has no stable ABI), with NumPy 2's headers
+    (build isolation's, pyproject.toml; NumPy 1.x's do not compile under
+    the limited API, as with --no-build-isolation beside Debian's)."""
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 10) or \
+            sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    try:
+        import numpy
+    except ImportError:
+        return False  # configure says NumPy is missing
+    return int(numpy.__version__.split(".")[0]) >= 2
+
+
 def wheel_tag():
-    impl = "cp%d%d" % sys.version_info[:2]
-    abi = impl + getattr(sys, "abiflags", "")
     plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    return "%s-%s-%s" % (impl, abi, plat)
+    if limited_api():
+        return "cp310-abi3-" + plat
+    impl = "cp%d%d" % sys.version_info[:2]
+    return "%s-%s-%s" % (impl, impl + getattr(sys, "abiflags", ""), plat)
+
+
+def torch_headers(config_settings):
+    """configure's arguments for the torch-headers setting: none (the
+    declared ABI), or a torch package directory's headers and libc10."""
+    setting = (config_settings or {}).get("torch-headers")
+    if not setting:
+        return []
+    if setting == "auto":
+        try:
+            import torch
+        except ImportError as exc:
+            stop("torch-headers=auto: the Python building hpalloc (%s) imports no torch (%s); "
+                 "pip builds in an isolated environment: add --no-build-isolation, or give "
+                 "the directory (torch-headers=/path/to/site-packages/torch)"
+                 % (sys.executable, exc))
+        setting = os.path.dirname(torch.__file__)
+    top = os.path.abspath(setting)
+    include, lib = os.path.join(top, "include"), os.path.join(top, "lib")
+    if not os.path.exists(os.path.join(include, "c10", "core", "CPUAllocator.h")) or \
+            not os.path.exists(os.path.join(lib, "libc10.so")):
+        stop("torch-headers=%s: not a torch package directory with include/c10/core/"
+             "CPUAllocator.h and lib/libc10.so" % setting)
+    say("the PyTorch adapter is built against the headers of %s" % top)
+    return ["--with-torch=yes",
+            "TORCH_CPPFLAGS=-isystem %s -isystem %s" % (include, os.path.join(
+                include, "torch", "csrc", "api", "include")),
+            "TORCH_LIBS=-L%s -lc10" % lib]
 
 
 def set_runpaths(site):
@@ -286,9 +363,10 @@ def zip_wheel(site, directory):
 
 def repair(whl, directory):
     """auditwheel: graft liburing and libnuma, tag manylinux; the repaired
-    wheel lands in directory."""
+    wheel lands in directory.  libc10 (a build against torch's headers) is
+    PyTorch's, loaded by torch before the adapter: never grafted."""
     out = os.path.join(os.path.dirname(whl), "repaired")
-    run([sys.executable, "-m", "auditwheel", "repair", "-w", out, whl],
+    run([sys.executable, "-m", "auditwheel", "repair", "--exclude", "libc10.so", "-w", out, whl],
         cwd=os.path.dirname(whl), what="auditwheel repair")
     made = glob.glob(os.path.join(out, "*.whl"))
     if len(made) != 1:
@@ -314,6 +392,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     scratch = tempfile.mkdtemp(prefix="hpalloc-wheel-")
     try:
         args = ["--prefix=" + FAKE_PREFIX, "PYTHON=" + sys.executable] + OPTIONAL
+        if limited_api():
+            args.append("--enable-limited-api")
+        args += torch_headers(config_settings)
         args += [v + "=" + os.environ.get(v, "-O2") for v in ("CFLAGS", "CXXFLAGS")]
         site_vars = ["pyexecdir=" + FAKE_SITE, "pythondir=" + FAKE_SITE]
         stage = os.path.join(scratch, "stage")

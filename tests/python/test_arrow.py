@@ -270,8 +270,9 @@ def test_refuses_another_release():
     major = harrow._release(harrow.built_for)
     line = import_error("import pyarrow; pyarrow.__version__ = '1.0.0'")
     assert line == ("hpalloc.arrow serves pyarrow %s, this is 1.0.0: install "
-                    "pyarrow==%s.* in this environment (docs/python.md, \"pandas "
-                    "and pyarrow\")" % (major, major))
+                    "pyarrow==%s.* in this environment; or `hpctl run --preload -- "
+                    "COMMAND` puts Arrow buffers on huge pages under any pyarrow "
+                    "release (docs/python.md, \"pandas and pyarrow\")" % (major, major))
     assert import_error("import pyarrow; pyarrow.__version__ = '%s.9.9'" % major) \
         == "imported"
 

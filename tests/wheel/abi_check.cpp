@@ -22,20 +22,15 @@
 
 #include "abi/arrow.h"
 #include "abi/c10.h"
+#include "abi/vtable.h"
 
 static int failures;
 
+using hp_vtable::slot_of;
 template <typename F>
 static long slot(F f)
 {
-	struct {
-		long ptr, adj;
-	} rep;
-	static_assert(sizeof(f) == sizeof(rep), "Itanium pointer to member");
-	std::memcpy(&rep, &f, sizeof(rep));
-	if (!(rep.ptr & 1))
-		return -1; /* not virtual */
-	return (rep.ptr - 1) / (long)sizeof(void *);
+	return slot_of(f);
 }
 
 static void same(const char *what, long real, long declared)

@@ -1,6 +1,7 @@
 #!/bin/bash
 # What `python -m build` made (make check-venv: tests/python/venv.sh):
-#   - the wheel is tagged manylinux (glibc 2.34 or older), `auditwheel show`
+#   - the wheel is tagged cp310-abi3 (one file for CPython 3.10 and later)
+#     and manylinux (glibc 2.34 or older), `auditwheel show`
 #     agrees, `twine check` passes the wheel and the sdist;
 #   - the wheel holds libhpalloc, the preload library, hpctl, hpalloc.h,
 #     a relocatable hpalloc.pc, every extension (the PyTorch and pyarrow
@@ -17,6 +18,8 @@ name=${WHEEL##*/}
 echo "wheel: $name, $(stat -c %s "$WHEEL") bytes; sdist: ${SDIST##*/}, $(stat -c %s "$SDIST") bytes"
 
 # ---- tag, auditwheel, twine -----------------------------------------------------------
+# one wheel for CPython 3.10 and later (issue 47): the stable ABI
+case $name in hpalloc-*-cp310-abi3-manylinux_*) ;; *) fail "$name is not tagged cp310-abi3" ;; esac
 glibc=$(printf '%s\n' "$name" | sed -n 's/.*-manylinux_2_\([0-9]*\)_x86_64\.whl$/\1/p')
 [ -n "$glibc" ] || fail "$name is not tagged manylinux_2_N_x86_64"
 [ "$glibc" -le 34 ] || fail "$name needs glibc 2.$glibc: newer than manylinux_2_34"
@@ -78,7 +81,8 @@ base=${SDIST##*/}
 base=${base%.tar.gz}
 listing=$(tar tzf "$SDIST") || fail "tar tzf $SDIST"
 for f in configure PKG-INFO pyproject.toml python/wheel/hpalloc_build.py Makefile.in \
-	python/hpalloc/abi/c10.h python/hpalloc/abi/arrow.h include/hpalloc.h; do
+	python/hpalloc/abi/c10.h python/hpalloc/abi/arrow.h python/hpalloc/abi/cpython.h \
+	python/hpalloc/abi/vtable.h include/hpalloc.h; do
 	printf '%s\n' "$listing" | grep -qx "$base/$f" || fail "the sdist lacks $base/$f"
 done
 ok

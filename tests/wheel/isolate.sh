@@ -1,5 +1,5 @@
 #!/bin/bash
-# isolate.sh [--keep-compilers] HOME BUILDDIR SRCDIR -- CMD...: run as root in a fresh mount
+# isolate.sh [--keep-compilers] [--pyenv] HOME BUILDDIR SRCDIR -- CMD...: run as root in a fresh mount
 # namespace (tests/wheel/lib.sh: as_fresh_user), this hides from CMD every
 # copy of hpalloc but the one under HOME, and every compiler, then runs CMD
 # as nobody in an empty environment, as a new user on a machine hpalloc was
@@ -16,14 +16,21 @@
 #     route: PATH=$HOME/venv/bin:/usr/bin:/bin);
 #   - the environment: HOME, PATH, LANG and the machine's pip settings
 #     (PIP_*); no XDG_RUNTIME_DIR, no HPALLOC_CONTROL_DIR, no HPALLOC_*, no
-#     PYTHON*.
+#     PYTHON*;
+#   - with --pyenv, pyenv's Pythons (/root/.pyenv, read-only) at their own
+#     paths, which their programs name (libpython's run path): /root
+#     becomes an empty directory anyone may enter, holding only them.
 # Only mounts of this namespace change: nothing outside it sees them.
 set -eu
-compilers=hide
-if [ "$1" = --keep-compilers ]; then
-	compilers=keep
+compilers=hide pyenv=no
+while :; do
+	case $1 in
+	--keep-compilers) compilers=keep ;;
+	--pyenv) pyenv=yes ;;
+	*) break ;;
+	esac
 	shift
-fi
+done
 home=$1 builddir=$2 srcdir=$3
 shift 3
 [ "${1-}" = -- ] && shift
@@ -60,6 +67,17 @@ if [ "$compilers" = hide ]; then
 	mkdir -m 0755 "$path"
 	find /usr/bin -maxdepth 1 -mindepth 1 -regextype posix-extended ! -regex "$compiler" \
 		-exec ln -s {} "$path/" \;
+fi
+
+if [ "$pyenv" = yes ] && [ -d /root/.pyenv ]; then
+	stage=$(mktemp -d /tmp/isolate-pyenv.XXXXXX)
+	mount --bind /root/.pyenv "$stage"
+	mount -t tmpfs -o size=1M,mode=0755 hpalloc-root /root
+	mkdir /root/.pyenv
+	mount --bind "$stage" /root/.pyenv
+	mount -o remount,bind,ro /root/.pyenv
+	umount "$stage"
+	rmdir "$stage"
 fi
 
 # The machine's pip settings (PIP_*: where packages come from, its

@@ -12,7 +12,8 @@
  *     pyarrow.lib's box_memory_pool, from its Cython C-API capsule (bind(),
  *     when hpalloc.arrow is imported).
  * hpalloc.arrow loads the module only under pyarrow `release` (the major:
- * the SONAME's 2600).  tests/wheel/abi-declarations.sh compiles this file
+ * the SONAME's 2600), and the module checks the running libarrow's
+ * MemoryPool vtable (below) before using it.  tests/wheel/abi-declarations.sh compiles this file
  * next to the real headers of the pyarrow it finds and compares every
  * layout and vtable slot; a new release is served by updating this file
  * until that test passes for it, and `release`.
@@ -117,6 +118,33 @@ constexpr Symbol symbols[] = {
 };
 static_assert(sizeof(symbols) / sizeof(symbols[0]) * sizeof(void (*)()) == sizeof(Functions),
 	      "one symbol per function");
+
+/* The layout check (hpalloc._arrow's bind(), before any pool is swapped):
+ * libarrow exports no vtable, but arrow::LoggingMemoryPool overrides every
+ * virtual function of arrow::MemoryPool and exports them and its
+ * constructor.  A LoggingMemoryPool made in a buffer of ours (never used
+ * otherwise) shows the vtable: each function must sit in the slot this
+ * declaration gives it, and the slot after the last must hold none of
+ * them.  In the order of MemoryPool's virtual functions above. */
+constexpr const char *logging_pool_constructor = "_ZN5arrow17LoggingMemoryPoolC1EPNS_10MemoryPoolE";
+constexpr const char *logging_pool_functions[] = {
+	"_ZN5arrow17LoggingMemoryPool8AllocateEllPPh",
+	"_ZN5arrow17LoggingMemoryPool10ReallocateElllPPh",
+	"_ZN5arrow17LoggingMemoryPool4FreeEPhll",
+	"_ZN5arrow17LoggingMemoryPool13ReleaseUnusedEv",
+	"_ZN5arrow17LoggingMemoryPool10PrintStatsEv",
+	"_ZNK5arrow17LoggingMemoryPool15bytes_allocatedEv",
+	"_ZNK5arrow17LoggingMemoryPool10max_memoryEv",
+	"_ZNK5arrow17LoggingMemoryPool21total_bytes_allocatedEv",
+	"_ZNK5arrow17LoggingMemoryPool15num_allocationsEv",
+	"_ZNK5arrow17LoggingMemoryPool12backend_nameB5cxx11Ev",
+};
+
+/* The mangled names of LoggingMemoryPool's member functions begin so. */
+constexpr const char *logging_pool_members[] = {
+	"_ZN5arrow17LoggingMemoryPool",
+	"_ZNK5arrow17LoggingMemoryPool",
+};
 
 /* pyarrow.lib's C-API capsule (Cython's __pyx_capi__) for wrapping a pool
  * as a pyarrow.MemoryPool. */

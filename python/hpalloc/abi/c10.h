@@ -1,22 +1,28 @@
-/* The part of PyTorch 2.13's c10 that hpalloc._torch uses, declared here so
- * the adapter builds with no PyTorch at all (configure --with-torch=abi: the
- * wheel's build, where PyTorch may be installed after hpalloc).
+/* The part of PyTorch's c10 that hpalloc._torch uses, declared here so the
+ * adapter builds with no PyTorch at all (configure --with-torch=abi: the
+ * wheel's build, where PyTorch may be installed after hpalloc).  One
+ * declaration serves the releases in `releases`: c10::Allocator,
+ * c10::DataPtr and c10::Device are the same in each.
  *
  * Two kinds of things, both one release's:
  *   - layouts the compiler must reproduce: the vtable of c10::Allocator
  *     (virtual functions in declaration order), c10::DataPtr (returned by
  *     value from Allocator::allocate) and c10::Device.  Copied from
  *     c10/core/Allocator.h, c10/util/UniqueVoidPtr.h, c10/core/Device.h and
- *     torch/headeronly/core/DeviceType.h of PyTorch 2.13.0;
+ *     torch/headeronly/core/DeviceType.h of PyTorch 2.13.0 (2.14.1's and
+ *     2.15.0's differ only in [[nodiscard]], an inline std::move and
+ *     std::hash<DeviceType>, none of them layout);
  *   - functions of libc10.so, looked up by their mangled names in the libc10
  *     PyTorch has loaded (bind(), when hpalloc.torch is imported), so the
  *     module links nothing of PyTorch.
- * hpalloc.torch loads the module only under PyTorch `release` (its
- * major.minor: c10 keeps the interface within a release).
+ * hpalloc.torch loads the module only under one of `releases` (their
+ * major.minor: c10 keeps the interface within a release), and the module
+ * checks the running libc10's vtables (their sizes in its dynamic symbol
+ * table) before using it, whatever the version says.
  * tests/wheel/abi-declarations.sh compiles this file next to the real
- * headers of the PyTorch it finds and compares every layout and vtable
- * slot; a new release is served by updating this file until that test
- * passes for it, and `release`.
+ * headers of each release it is given and compares every layout and
+ * vtable slot; a new release is served by adding it to `releases` once
+ * that test passes for it (or updating this file until it does).
  *
  * Nothing here is c10's namespace: a definition of ours must never be
  * mistaken for libc10's (or the reverse) by the dynamic linker.
@@ -30,7 +36,8 @@
 
 namespace hp_c10 {
 
-constexpr const char *release = "2.13";
+/* The releases served, oldest first, space separated. */
+constexpr const char *releases = "2.13 2.14 2.15";
 
 using DeleterFnPtr = void (*)(void *);
 
