@@ -106,8 +106,8 @@ def parse_args(argv=None):
     ap.add_argument("--rows", type=int, default=12_000_000, help="rows of each merged frame")
     ap.add_argument("--keys", type=int, default=1_000_000, help="keys: k in 0..keys-1")
     ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--map-rows", type=int, default=48_000_000)
-    ap.add_argument("--map-partitions", type=int, default=32)
+    ap.add_argument("--map-rows", type=int, default=96_000_000)
+    ap.add_argument("--map-partitions", type=int, default=64)
     ap.add_argument("--size", default="4G", help="array bytes (4G)")
     ap.add_argument("--chunk", default="256M", help="chunk bytes (256M)")
     ap.add_argument("--computes", type=int, default=2,
