@@ -49,7 +49,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import signal
@@ -65,11 +64,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import hp_memcg  # noqa: E402  (the one maker of memory cgroups: the pressure rows)
 import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
 from bench_proc import raise_interrupt, run_process, signals_held  # noqa: E402
+import bench_machine  # noqa: E402
+from bench_machine import PAGE_REPORTING, first_line_with, in_venv  # noqa: E402
+# (bootstrap_ratio too: tests/python/test_bench_verdicts.py reads the verdicts here)
+from bench_stats import NOT_SLOWER, VERDICT_MIN_N, bootstrap_ratio, fmt_verdict, verdict  # noqa: E402,F401
 PYTHON = sys.executable
 MiB = 1 << 20
 GiB = 1 << 30
 LIBDIR_SYS = "/usr/lib/x86_64-linux-gnu"
-PAGE_REPORTING = "/sys/module/page_reporting/parameters/page_reporting_order"
 
 
 def say(msg):
@@ -384,41 +386,14 @@ class Machine:
 
 # ---- machine description ----------------------------------------------------------------
 
-def first_line_with(path, key):
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
-
-
 # The Python stack a report is about: the interpreter running the bench
 # (Debian's python3, or a venv's python with PyPI's releases).
 STACK_MODULES = ("numpy", "pandas", "scipy", "sklearn", "numba", "torch", "dask", "pyarrow")
 
 
-def in_venv():
-    return sys.prefix != sys.base_prefix
-
-
 def stack_versions():
     """module -> version, for the STACK_MODULES this interpreter imports."""
-    code = ("import importlib, json\n"
-            "v = {}\n"
-            "for m in %r:\n"
-            "    try:\n"
-            "        v[m] = importlib.import_module(m).__version__\n"
-            "    except Exception:\n"
-            "        pass\n"
-            "print(json.dumps(v))\n" % (STACK_MODULES,))
-    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True).stdout
-    try:
-        return json.loads(out)
-    except ValueError:
-        return {}
+    return bench_machine.stack_versions(STACK_MODULES, PYTHON)
 
 
 def stack_description():
@@ -1159,58 +1134,6 @@ def row_title(summary, w, key, title):
         return title
     return "%s (measured: %s s after)" % (title, fmt_gap((min(g[0] for g in gaps),
                                                             max(g[1] for g in gaps))))
-
-
-# ---- verdicts (issue 35): intervals, not medians of noise --------------------------------------
-# A row's verdict for hpalloc against another contender: the ratio of the
-# medians over their processes (hpalloc's ÷ the other's: below 1 is
-# faster), with a 95 % percentile bootstrap interval (both sides resampled
-# with replacement, VERDICT_RESAMPLES times, a fixed seed: the same run
-# gives the same report).  "ahead" or "behind" only when the interval
-# excludes 1, else "level"; "not slower" only when its upper end is at most
-# NOT_SLOWER.  No verdict from fewer than VERDICT_MIN_N processes a side.
-
-VERDICT_MIN_N = 10
-VERDICT_RESAMPLES = 4000
-NOT_SLOWER = 1.02
-
-
-def bootstrap_ratio(a, b, resamples=VERDICT_RESAMPLES, seed=35):
-    """(median(a) / median(b), 2.5th and 97.5th percentiles of that ratio
-    over resamples of a and b)."""
-    rng = random.Random(seed)
-    med = statistics.median
-    ratios = sorted(med(rng.choices(a, k=len(a))) / med(rng.choices(b, k=len(b)))
-                    for _ in range(resamples))
-    return med(a) / med(b), ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
-
-
-def verdict(a, b, min_n=VERDICT_MIN_N):
-    """hpalloc's per-process values a against another contender's b:
-    {"ratio", "lo", "hi", "word", "not_slower", "n"}; "word" is None (and
-    "why" says why) when there are too few processes for a verdict."""
-    if not a or not b or min(b) <= 0:
-        return None
-    ratio, lo, hi = bootstrap_ratio(a, b)
-    v = {"ratio": ratio, "lo": lo, "hi": hi, "n": (len(a), len(b)), "word": None,
-         "not_slower": None}
-    if min(len(a), len(b)) < min_n:
-        v["why"] = "%d and %d processes: a verdict needs %d each" % (len(a), len(b), min_n)
-        return v
-    v["word"] = "ahead" if hi < 1 else "behind" if lo > 1 else "level"
-    v["not_slower"] = hi <= NOT_SLOWER
-    return v
-
-
-def fmt_verdict(v):
-    """'0.74 [0.70–0.79]' and the verdict, as two cells."""
-    if v is None:
-        return ["–", "–"]
-    ci = "%.2f [%.2f–%.2f]" % (v["ratio"], v["lo"], v["hi"])
-    if v["word"] is None:
-        return [ci, "no verdict (%s)" % v["why"]]
-    word = v["word"] + (", not slower" if v["word"] == "level" and v["not_slower"] else "")
-    return [ci, "**%s**" % word if v["word"] != "level" else word]
 
 
 def row_values(summary, w, name, key):
