@@ -71,7 +71,8 @@ HP_HIDDEN int securedir_open_path(int at, const char *rel, char *why, size_t wl)
 /* Read a control file with every check (regular, owner, mode, size). */
 HP_HIDDEN int securedir_read_file(int dirfd, const char *name, char *buf,
 				  size_t cap, char *why, size_t wl);
-/* Temporary file in the same directory + (fsync) + rename. */
+/* A temporary file in the same directory, created exclusively under a random
+ * name (.NAME.<16 hex digits>.tmp), + (fsync) + rename over name. */
 HP_HIDDEN int securedir_write_atomic(int dirfd, const char *name,
 				     const char *data, size_t len, mode_t mode,
 				     bool durable);

@@ -10,7 +10,9 @@
  * checked before a read), with the same owner and mode rules, at most
  * HP_CONTROL_FILE_MAX bytes and without a NUL byte.  A file is written as a
  * temporary file in the same directory renamed over the old one, so a
- * reader never meets half of it.  A default control directory is made only
+ * reader never meets half of it; the temporary is created exclusively
+ * (O_EXCL) under a random name, so nothing another user put in the
+ * directory (a file, a symlink, a guess at the name) is ever written to.  A default control directory is made only
  * below a parent no other user can write to (check_parent() says why), or
  * in a sticky /tmp, where one someone else made first is refused.
  *
@@ -27,10 +29,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+/* names tried for a temporary before giving up (each taken already: only
+ * by someone filling the directory with guesses) */
+#define TEMP_ATTEMPTS 64
 
 /* Owner and mode rules common to files and directories. */
 static int check_owner_mode(const struct stat *st, char *why, size_t wl)
@@ -335,19 +346,57 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
+/* 64 bits no other process can guess: the kernel's random source (the
+ * raw system call: glibc's getrandom() is a cancellation point, and this
+ * runs in the janitor thread too); where it has none to give (a kernel
+ * before 3.17, a seccomp filter, a pool not yet initialised), the clock,
+ * pid and a counter mixed -- still unique, only guessable, and the caller
+ * creates the name exclusively anyway. */
+static uint64_t unpredictable64(void)
+{
+	static _Atomic uint64_t counter;
+	uint64_t v;
+	struct timespec ts;
+
+	if (syscall(SYS_getrandom, &v, sizeof(v), GRND_NONBLOCK) == (long)sizeof(v))
+		return v;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	v = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	v ^= (uint64_t)getpid() << 32 ^ atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u;
+	v ^= v >> 31; /* splitmix64's finaliser */
+	v *= 0xbf58476d1ce4e5b9u;
+	v ^= v >> 27;
+	return v;
+}
+
+/* A temporary in dirfd next to name, created exclusively (O_EXCL: never a
+ * file or symlink someone else put there, whatever its name) under a name
+ * no other user can predict, retried on a name taken.  Its fd, the name
+ * in tmp; or -1 + errno. */
+static int create_temporary(int dirfd, const char *name, mode_t mode, char *tmp, size_t tl)
+{
+	for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
+		if (snprintf(tmp, tl, ".%s.%016llx.tmp", name,
+			     (unsigned long long)unpredictable64()) >= (int)tl) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				O_CLOEXEC, mode);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	errno = EEXIST;
+	return -1;
+}
+
 int securedir_write_atomic(int dirfd, const char *name, const char *data,
 			 size_t len, mode_t mode, bool durable)
 {
 	char tmp[NAME_MAX + 1];
 	int fd, saved;
 
-	if (snprintf(tmp, sizeof(tmp), ".%s.%ld.tmp", name, (long)getpid()) >=
-	    (int)sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
-		    O_CLOEXEC, mode);
+	fd = create_temporary(dirfd, name, mode, tmp, sizeof(tmp));
 	if (fd < 0)
 		return -1;
 	if (fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 ||
@@ -368,7 +417,7 @@ fail:
 	saved = errno;
 	if (fd >= 0)
 		close(fd);
-	unlinkat(dirfd, tmp, 0);
+	unlinkat(dirfd, tmp, 0); /* ours: made exclusively above */
 	errno = saved;
 	return -1;
 }

@@ -6,7 +6,7 @@ A worker plugin, for clusters you start from Python:
     import hpalloc.dask
     client = Client(cluster)
     client.register_plugin(hpalloc.dask.HpallocPlugin(threshold="4M"))
-    hpalloc.dask.stats(client)      # every worker's counters and knobs
+    hpalloc.dask.stats(client)      # every worker's counters and knobs (pandas)
 
 (client.register_worker_plugin on distributed < 2023.9, which has no
 register_plugin; hpalloc.dask.register(client, plugin) calls whichever the
@@ -303,52 +303,47 @@ class HpallocPlugin(WorkerPlugin):
 #
 # A WorkerPlugin runs in a worker process that already runs: too late for
 # LD_PRELOAD, which the dynamic linker reads when a process starts.  The
-# nanny starts the worker process, and sets its `pre_spawn_env` (the
-# configuration distributed.nanny.pre-spawn-environ, with what is added to
-# it) in its own environment just before it spawns one (distributed#5279:
-# distributed.nanny.environ is applied inside the new process, too late).
-# So the preload goes there: through the configuration (LocalCluster,
-# preload_config), a nanny preload (`dask worker --preload-nanny
-# hpalloc.dask`, LocalCluster(preload_nanny=[...])), or a NannyPlugin that
-# restarts the workers of a running cluster (HpallocPreload).
+# nanny starts the worker process (multiprocessing's spawn: a new
+# interpreter whose environment is the nanny process's at that moment;
+# distributed.nanny.environ is applied inside the new process, too late,
+# distributed#5279).  So the preload goes with the spawn: through the
+# configuration distributed.nanny.pre-spawn-environ, which the nanny puts
+# into its own process's environment before it spawns (preload_config, for
+# `dask worker`'s own configuration), or, for a nanny preload (`dask worker
+# --preload-nanny hpalloc.dask`, LocalCluster(preload_nanny=[...])) and a
+# NannyPlugin that restarts the workers of a running cluster
+# (HpallocPreload), into the spawn alone: see _spawn_hook below.
 
 _env_name = _engines.env_name
-
-
-def _with_preload(current):
-    """LD_PRELOAD with the preload library appended (once) to current."""
-    library = preload_library()
-    parts = (current or "").replace(":", " ").split()
-    if any(os.path.basename(p) == os.path.basename(library) for p in parts):
-        return current
-    return " ".join(parts + [library])
 
 
 def preload_environ(**knobs):
     """The environment that puts a worker process under the preload library
     with these knobs (each checked by the library: ValueError naming every
-    refused one): LD_PRELOAD (hpalloc.preload_library(), after what
-    LD_PRELOAD holds in this process), HPALLOC_<KNOB> for each knob, and
-    ARROW_DEFAULT_MEMORY_POOL=system so that Arrow's buffers, which its own
-    pool (jemalloc, mimalloc) would keep from malloc, reach it too."""
-    env = _engines.knob_environ(knobs)
-    env["LD_PRELOAD"] = _with_preload(os.environ.get("LD_PRELOAD"))
-    env["ARROW_DEFAULT_MEMORY_POOL"] = "system"
-    return env
+    refused one), merged with this process's (_engines.worker_environ, as
+    hpalloc.ray does): LD_PRELOAD (hpalloc.preload_library() appended to
+    what LD_PRELOAD holds), HPALLOC_<KNOB> for each knob, and
+    ARROW_DEFAULT_MEMORY_POOL=system, unless one is set, so that Arrow's
+    buffers, which its own pool (jemalloc, mimalloc) would keep from malloc,
+    reach it too."""
+    return _engines.worker_environ(os.environ, knobs, preload_library())
 
 
 def preload_config(**knobs):
     """{"distributed.nanny.pre-spawn-environ": ...}: the current value of
-    that setting (MALLOC_TRIM_THRESHOLD_ ...) with preload_environ(**knobs)
-    added, for dask.config.set() around starting a LocalCluster or Nanny:
+    that setting (MALLOC_TRIM_THRESHOLD_ ...) with the preload's variables
+    merged in (as preload_environ, over this process's environment and that
+    setting), for a `dask worker`'s configuration:
 
         with dask.config.set(hpalloc.dask.preload_config(threshold="4M")):
-            cluster = LocalCluster(n_workers=2)
-    """
+            ...
+
+    The nanny puts pre-spawn-environ into the environment of the process it
+    runs in and leaves it there: around a LocalCluster, whose nannies run
+    in your process, use preload_nanny=["hpalloc.dask"] instead."""
     import dask
     current = dict(dask.config.get(PRE_SPAWN, default={}) or {})
-    env = preload_environ(**knobs)
-    env["LD_PRELOAD"] = _with_preload(current.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD"))
+    env = _engines.worker_environ(dict(os.environ, **current), knobs, preload_library())
     return {PRE_SPAWN: dict(current, **env)}
 
 
@@ -369,85 +364,137 @@ def _env_knobs_checked(environ):
                          % ("s" if len(errors) > 1 else "", "; ".join(errors)))
 
 
+# ---- the spawn of a preloaded worker --------------------------------------------
+#
+# The nanny's worker process is spawned by multiprocessing (spawn: a new
+# interpreter, fork+exec in multiprocessing.util.spawnv_passfds) with the
+# environment of the nanny's process, which for a LocalCluster is the
+# user's.  Setting LD_PRELOAD and HPALLOC_* there for the spawn (what the
+# nanny does with pre-spawn-environ) puts them, for as long as it takes, in
+# the environment of every other thread of that process too: a subprocess
+# one of them starts meanwhile inherits them, and putting the old values
+# back overwrites a change made meanwhile.  So the environment is never
+# changed: the spawn of a worker whose nanny hpalloc set up runs the
+# interpreter through env(1) with the preload's variables as its arguments
+# (`env LD_PRELOAD=... HPALLOC_...=... python -c ...`), in that spawn alone.
+# The spawn is known by a token in the nanny's env (distributed.nanny.
+# environ, which reaches the worker's own environment, harmless), read from
+# the multiprocessing Process being started (its target: distributed's
+# partial of WorkerProcess._run, with env=); a thread-local hands the
+# variables from there (SpawnProcess._Popen, the spawning thread) to
+# spawnv_passfds in the same thread.  Any other process multiprocessing
+# starts is started as it would be.
+
+_SPAWN_TOKEN = "_HPALLOC_DASK_SPAWN"
+_ENV_PROGRAM = "/usr/bin/env"
+_spawn_lock = threading.Lock()
+_spawn_knobs = {}              # token -> canonical knobs of that nanny's workers
+_spawning = threading.local()  # .env: the variables of the spawn under way here
+_hooked = False
+_tokens = 0
+
+
+def _spawn_token_of(process_obj):
+    target = (getattr(process_obj, "_args", None) or (None,))[0]
+    env = getattr(target, "keywords", {}).get("env")
+    return env.get(_SPAWN_TOKEN) if isinstance(env, dict) else None
+
+
+def _spawn_environ(knobs):
+    """The preload's variables for a worker spawned now from this process
+    (its environment, which distributed set pre-spawn-environ in)."""
+    return _engines.worker_environ(os.environ, knobs, preload_library())
+
+
+def _hook_spawn():
+    """Install the two wrappers, once per process."""
+    global _hooked
+    import multiprocessing.context as mp_context
+    import multiprocessing.util as mp_util
+    with _spawn_lock:
+        if _hooked:
+            return
+        popen, spawnv = mp_context.SpawnProcess._Popen, mp_util.spawnv_passfds
+
+        def _Popen(process_obj):
+            token = _spawn_token_of(process_obj)
+            with _spawn_lock:
+                knobs = _spawn_knobs.get(token) if token else None
+            if knobs is None:
+                return popen(process_obj)
+            _spawning.env = _spawn_environ(knobs)
+            try:
+                return popen(process_obj)
+            finally:
+                _spawning.env = None
+
+        def spawnv_passfds(path, args, passfds):
+            env = getattr(_spawning, "env", None)
+            if env:
+                _spawning.env = None
+                args = [_ENV_PROGRAM] + ["%s=%s" % kv for kv in env.items()] + \
+                    [os.fsdecode(path)] + list(args[1:])
+                # the same type as multiprocessing's (bytes from 3.11 on)
+                path = os.fsencode(_ENV_PROGRAM) if isinstance(path, bytes) else _ENV_PROGRAM
+            return spawnv(path, args, passfds)
+
+        mp_context.SpawnProcess._Popen = staticmethod(_Popen)
+        mp_util.spawnv_passfds = spawnv_passfds
+        _hooked = True
+
+
 def _nanny_env(nanny):
-    """The nanny's pre_spawn_env: the dict it puts into its environment
-    before each spawn (distributed 2022.12 to 2026.x)."""
-    env = getattr(nanny, "pre_spawn_env", None)
-    if not isinstance(env, dict):
-        raise RuntimeError("hpalloc: this distributed's Nanny has no pre_spawn_env "
-                           "(distributed.nanny.pre-spawn-environ): use "
-                           "hpalloc.dask.preload_config() instead")
+    """The nanny's env (distributed.nanny.environ, handed to its worker's
+    spawn), where it spawns with multiprocessing's spawn method."""
+    import dask
+    env = getattr(nanny, "env", None)
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    if not isinstance(env, dict) or method != "spawn":
+        raise RuntimeError("hpalloc: cannot start this nanny's worker under the preload "
+                           "library (distributed.worker.multiprocessing-method %r, nanny "
+                           "env %s): use spawn, or hpalloc.dask.preload_config() in the "
+                           "worker's configuration" % (method, type(env).__name__))
     return env
 
 
 def _preload_nanny(nanny, knobs):
     """Make the nanny start its worker under the preload library with
     knobs (and, on a worker with a memory limit, cache_rss_max as the
-    plugin sets it); returns what it changed: {name: previous or None}."""
-    env = preload_environ(**knobs)
-    _env_knobs_checked(dict(os.environ, **env))
+    plugin sets it): checked, and merged with this process's environment
+    (warning of what it replaces), now; applied to each spawn of this
+    nanny's worker alone, until _unpreload_nanny(nanny, what this
+    returns)."""
+    knobs = dict(knobs)
+    _env_knobs_checked(dict(os.environ, **_engines.knob_environ(knobs)))
     bound = _rss_bound(nanny)
     if bound is not None and "cache_rss_max" not in knobs and \
             _env_name("cache_rss_max") not in os.environ:
-        env[_env_name("cache_rss_max")] = str(bound)
-    target = _nanny_env(nanny)
-    env["LD_PRELOAD"] = _with_preload(target.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD"))
-    previous = {name: target.get(name) for name in env}
-    target.update(env)
-    _restore_after_spawn(nanny, tuple(env))
-    return previous
-
-
-# The nanny puts pre_spawn_env into the environment of the process it runs
-# in (os.environ.update, then it spawns) and leaves it there.  A LocalCluster's
-# nannies run in the user's own process: LD_PRELOAD would stay in its
-# environment and reach every program it starts later.  So each spawn of a
-# nanny we set up (nanny.instantiate: start, restart, a worker that died) is
-# wrapped, and once no such spawn is in flight in this process, our
-# variables get back the values they had before.  (The worker process got
-# its environment when it was spawned, before instantiate returns.)
-_spawn_lock = threading.Lock()
-_spawns = 0
-_saved_environ = {}
-
-
-def _spawn_enter(names):
-    global _spawns
+        knobs["cache_rss_max"] = str(bound)
+    _spawn_environ(knobs)   # refused knobs, warnings: here, not in the spawn
+    env = _nanny_env(nanny)
+    _hook_spawn()
+    global _tokens
     with _spawn_lock:
-        for name in names:
-            if name not in _saved_environ:
-                _saved_environ[name] = os.environ.get(name)
-        _spawns += 1
+        _tokens += 1
+        token = "%d.%d" % (os.getpid(), _tokens)
+        _spawn_knobs[token] = knobs
+    previous = env.get(_SPAWN_TOKEN)
+    env[_SPAWN_TOKEN] = token
+    return token, previous
 
 
-def _spawn_leave():
-    global _spawns
+def _unpreload_nanny(nanny, undo):
+    """Back to what the nanny spawned with before _preload_nanny() (a
+    nanny preload's setting, when a plugin's is taken off)."""
+    token, previous = undo
     with _spawn_lock:
-        _spawns -= 1
-        if _spawns:
-            return
-        for name, value in _saved_environ.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _saved_environ.clear()
-
-
-def _restore_after_spawn(nanny, names):
-    original = nanny.instantiate
-    if getattr(original, "_hpalloc_wrapper", False):
-        return
-
-    async def instantiate(*args, **kwargs):
-        _spawn_enter(names)
-        try:
-            return await original(*args, **kwargs)
-        finally:
-            _spawn_leave()
-
-    instantiate._hpalloc_wrapper = True
-    nanny.instantiate = instantiate
+        _spawn_knobs.pop(token, None)
+    env = getattr(nanny, "env", None)
+    if isinstance(env, dict) and env.get(_SPAWN_TOKEN) == token:
+        if previous is None:
+            del env[_SPAWN_TOKEN]
+        else:
+            env[_SPAWN_TOKEN] = previous
 
 
 class HpallocPreload(NannyPlugin):
@@ -484,14 +531,8 @@ class HpallocPreload(NannyPlugin):
                     self.knobs or "unchanged")
 
     def teardown(self, nanny):
-        if self._previous is None:
-            return
-        target = _nanny_env(nanny)
-        for name, value in self._previous.items():
-            if value is None:
-                target.pop(name, None)
-            else:
-                target[name] = value
+        if self._previous is not None:
+            _unpreload_nanny(nanny, self._previous)
         self._previous = None
 
 
@@ -590,17 +631,13 @@ def _worker_row(dask_worker=None):
 
 def stats(client):
     """Every worker's hpalloc counters and knobs, gathered with the client:
-    a pandas DataFrame indexed by worker address when pandas is installed,
-    else a list of dicts (each with a "worker" key).  Columns: pid, name,
-    plugin (the hpalloc plugin is set up there), preloaded (the worker
-    process runs under libhpalloc-preload.so), numpy_installed,
-    numba_installed, torch_installed, python_installed, every counter of
-    hpalloc.stats() and every knob's effective value."""
+    a pandas DataFrame indexed by worker address (ImportError naming pandas
+    where it is not installed, before anything is asked of the workers).
+    Columns: pid, name, plugin (the hpalloc plugin is set up there),
+    preloaded (the worker process runs under libhpalloc-preload.so),
+    numpy_installed, numba_installed, torch_installed, python_installed,
+    every counter of hpalloc.stats() and every knob's effective value."""
+    _engines.need_pandas("hpalloc.dask.stats()")
     rows = client.run(_worker_row)
     table = [dict(worker=address, **rows[address]) for address in sorted(rows)]
-    try:
-        import pandas
-    except ImportError:
-        return table
-    return pandas.DataFrame(table).set_index("worker")
-
+    return _engines.table(table, ("worker",), "hpalloc.dask.stats()")

@@ -437,13 +437,19 @@ def test_plugin_on_local_cluster(cluster):
     check_cluster(client, {"threshold": "2M"})
 
 
-def test_stats_without_pandas(cluster, monkeypatch):
-    cluster, client = cluster
+def test_stats_without_pandas(monkeypatch):
+    """Issue 46: stats() returns one type, a pandas DataFrame; without
+    pandas it says so, before asking the workers anything (it returned a
+    list of dicts then, which docs/dask.md's stats(client)["preloaded"]
+    failed on: TypeError: list indices must be integers or slices)."""
+    class Unasked:
+        def run(self, *args, **kwargs):
+            raise AssertionError("stats() asked the workers")
+
     monkeypatch.setitem(sys.modules, "pandas", None)  # import fails
-    rows = hpalloc.dask.stats(client)
-    assert isinstance(rows, list) and len(rows) == 2
-    assert sorted(r["worker"] for r in rows) == sorted(client.scheduler_info()["workers"])
-    assert all("numpy_huge_bytes" in r and "threshold" in r for r in rows)
+    with pytest.raises(ImportError, match=r"hpalloc\.dask\.stats\(\) returns a pandas "
+                       r"DataFrame: install pandas"):
+        hpalloc.dask.stats(Unasked())
 
 
 def test_unregister_puts_workers_back(cluster):

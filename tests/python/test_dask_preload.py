@@ -18,11 +18,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from hp_pytest_automake import need
+from hp_pytest_automake import need, skip
 
 if os.environ.get("SANITIZER_FLAGS"):
     pytest.skip("AddressSanitizer cannot be combined with an interposer of malloc "
@@ -138,6 +139,143 @@ def test_nanny_preload_on_local_cluster():
         while not not_preloading(os.environ):
             assert time.monotonic() < deadline, os.environ.get("LD_PRELOAD")
             time.sleep(0.1)
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def jemalloc():
+    """The path of jemalloc's library (Debian: libjemalloc2), or skip."""
+    if not os.path.exists(JEMALLOC):
+        skip("jemalloc", "%s is not installed (Debian: libjemalloc2)" % JEMALLOC)
+    return JEMALLOC
+
+
+def worker_environ(dask_worker=None):
+    """What a worker's process started with, and who serves its malloc."""
+    from hpalloc import _engines
+    with open("/proc/self/environ", "rb") as f:
+        start = dict(v.decode().partition("=")[::2] for v in f.read().split(b"\0") if v)
+    return {"LD_PRELOAD": start.get("LD_PRELOAD"),
+            "ARROW_DEFAULT_MEMORY_POOL": start.get("ARROW_DEFAULT_MEMORY_POOL"),
+            "HPALLOC_THRESHOLD": start.get("HPALLOC_THRESHOLD"),
+            "preloaded": hpalloc.preloaded(),
+            "malloc": getattr(_engines, "malloc_owner", lambda: None)()}  # None before issue 46
+
+
+class EnvironWatch(threading.Thread):
+    """While a cluster starts: reads this process's environment, and that
+    of a subprocess it starts, over and over (as another thread of a user's
+    program would), and changes ARROW_DEFAULT_MEMORY_POOL once: as soon as
+    it sees a variable of hpalloc's here (inside the nanny's spawn), or
+    when told (change.set())."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop, self.change, self.changed = threading.Event(), threading.Event(), \
+            threading.Event()
+        self.seen, self.children = set(), set()
+        self.looks = self.spawns = 0
+
+    def run(self):
+        changed = False
+        while not self.stop.is_set():
+            for name in ("LD_PRELOAD", "HPALLOC_THRESHOLD"):
+                value = os.environ.get(name)
+                if value is not None:
+                    self.seen.add("%s=%s" % (name, value))
+            self.looks += 1
+            if not changed and (self.seen or self.change.is_set()):
+                os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "mimalloc"   # the user's change
+                changed = True
+                self.changed.set()
+            out = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout
+            self.spawns += 1
+            for line in out.splitlines():
+                if line.startswith(("LD_PRELOAD=", "HPALLOC_THRESHOLD=")):
+                    self.children.add(line)
+
+
+def test_nanny_spawn_leaves_this_process_environment_alone(monkeypatch):
+    """Issue 46: a LocalCluster's nannies run in this process, and spawn
+    their workers from its environment.  While they do, another thread
+    reading os.environ and starting subprocesses sees neither LD_PRELOAD
+    nor a knob of hpalloc's, and a change it makes to a variable the
+    preload sets (ARROW_DEFAULT_MEMORY_POOL) stays (before: the variables
+    sat in os.environ for the whole spawn -- seen by the thread and
+    inherited by its subprocesses -- and the change was overwritten when
+    they were put back).  The worker still starts preloaded, with the pool
+    the user set when it was spawned."""
+    for name in ("LD_PRELOAD", "ARROW_DEFAULT_MEMORY_POOL"):
+        monkeypatch.setenv(name, "")   # as it was, after the test
+        monkeypatch.delenv(name)
+    watch = EnvironWatch()
+    watch.start()
+    try:
+        with cluster(preload_nanny=["hpalloc.dask"],
+                     preload_nanny_argv=["--hpalloc", "threshold=4M"]) as c, \
+                Client(c, timeout=TIMEOUT) as client:
+            client.wait_for_workers(1, timeout=TIMEOUT)
+            (got,) = client.run(worker_environ).values()
+            watch.change.set()
+            assert watch.changed.wait(TIMEOUT)
+            assert os.environ.get("ARROW_DEFAULT_MEMORY_POOL") == "mimalloc", \
+                "the user's change was overwritten (%r); this process's environment held %s" \
+                % (os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), sorted(watch.seen))
+            # a worker killed: its restart is a spawn too (after the change)
+            ((old, pid),) = client.run(os.getpid).items()
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + TIMEOUT
+            while set(client.scheduler_info()["workers"]) in (set(), {old}):
+                assert time.monotonic() < deadline, "the worker was not restarted"
+                time.sleep(0.2)
+            client.wait_for_workers(1, timeout=TIMEOUT)
+            (again,) = client.run(worker_environ).values()
+    finally:
+        watch.stop.set()
+        watch.join(30)
+    assert watch.looks > 10 and watch.spawns > 10, (watch.looks, watch.spawns)
+    assert not watch.seen, "this process's environment held %s" % sorted(watch.seen)
+    assert not watch.children, "subprocesses inherited %s" % sorted(watch.children)
+    assert os.environ.get("ARROW_DEFAULT_MEMORY_POOL") == "mimalloc", \
+        "the user's change was overwritten: %r" % os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    for w in (got, again):
+        assert w["preloaded"] and w["LD_PRELOAD"] == hpalloc.preload_library(), w
+        assert w["HPALLOC_THRESHOLD"] == "4M", w
+    assert got["ARROW_DEFAULT_MEMORY_POOL"] == "system", got
+    assert again["ARROW_DEFAULT_MEMORY_POOL"] == "mimalloc", again   # the user's, kept
+
+
+def test_users_preload_and_arrow_pool_kept(monkeypatch):
+    """Issue 46: with jemalloc in this process's LD_PRELOAD and its pool
+    for Arrow, a preloaded worker starts with jemalloc first and hpalloc's
+    library after it (a tool there stays first, as for `hpctl run
+    --preload`), and the user's pool: nothing of the user's is dropped.
+    jemalloc, first, then serves the worker's malloc (what the worker's
+    dynamic linker says); preload_environ() and preload_config() merge the
+    same way (one function, hpalloc._engines.worker_environ)."""
+    lib = jemalloc()
+    monkeypatch.setenv("LD_PRELOAD", lib)
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    want = "%s %s" % (lib, hpalloc.preload_library())
+    env = hpalloc.dask.preload_environ(threshold="4M")
+    assert env == {"LD_PRELOAD": want, "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+                   "HPALLOC_THRESHOLD": "4M"}, env
+    assert hpalloc.dask.preload_config()[hpalloc.dask.PRE_SPAWN]["LD_PRELOAD"] == want
+    # a knob of the user's that one given replaces: said, naming both
+    monkeypatch.setenv("HPALLOC_THRESHOLD", "8M")
+    with pytest.warns(UserWarning, match="replaced your HPALLOC_THRESHOLD=8M with 4M"):
+        assert hpalloc.dask.preload_environ(threshold="4M")["HPALLOC_THRESHOLD"] == "4M"
+    monkeypatch.delenv("HPALLOC_THRESHOLD")
+    with cluster(preload_nanny=["hpalloc.dask"],
+                 preload_nanny_argv=["--hpalloc", "threshold=4M"]) as c, \
+            Client(c, timeout=TIMEOUT) as client:
+        client.wait_for_workers(1, timeout=TIMEOUT)
+        (got,) = client.run(worker_environ).values()
+    assert got["LD_PRELOAD"] == want, got
+    assert got["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc", got
+    assert got["preloaded"] and os.path.realpath(got["malloc"]) == os.path.realpath(lib), got
+    assert os.environ["LD_PRELOAD"] == lib   # this process's, as it was
 
 
 def not_preloading(environ):

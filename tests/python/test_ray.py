@@ -22,7 +22,7 @@ import tempfile
 
 import pytest
 
-from hp_pytest_automake import need
+from hp_pytest_automake import need, skip
 
 ray = need("ray")
 need("torch", "hpalloc.torch")
@@ -56,11 +56,15 @@ def where(address, nbytes):
 
 def report():
     """Inside a task or an actor: a new 64 MiB array and tensor."""
-    import numpy as np, torch
+    import numpy as np, torch, pyarrow
     import hpalloc, hpalloc.numpy as hpnp
+    from hpalloc import _engines
     a = np.ones(SIZE // 8)
     t = torch.ones(SIZE // 8, dtype=torch.float64)
     return {"pid": os.getpid(), "thread": threading.current_thread().name,
+            "ld_preload": os.environ.get("LD_PRELOAD"),
+            "arrow_pool": pyarrow.default_memory_pool().backend_name,
+            "malloc": _engines.malloc_owner(),
             "handler": hpnp.get_handler_name(a), "preloaded": hpalloc.preloaded(),
             "array": where(a.__array_interface__["data"][0], a.nbytes),
             "tensor": where(t.data_ptr(), t.numel() * 8),
@@ -77,12 +81,9 @@ def received(a):
 def received_tensor(t):
     return where(t.data_ptr(), t.numel() * 8)
 
-env = None
+env = {"env_vars": dict(case.get("base_env") or {}, HP_TEST_PYDIR=case["pydir"])}
 if case["runtime_env"] is not None:
-    env = hpalloc.ray.runtime_env(base={"env_vars": {"HP_TEST_PYDIR": case["pydir"]}},
-                                  **case["runtime_env"])
-else:
-    env = {"env_vars": {"HP_TEST_PYDIR": case["pydir"]}}
+    env = hpalloc.ray.runtime_env(base=env, **case["runtime_env"])
 ray.init(num_cpus=2, include_dashboard=False, runtime_env=env,
          _temp_dir=case["temp_dir"], log_to_driver=False)
 out = {}
@@ -129,16 +130,21 @@ if case.get("stats"):
                               "numpy_huge_bytes", "torch_huge_bytes",
                               "preload_huge_bytes", "threshold", "mode")}
                     for r in rows]
+if case.get("logs"):   # what the workers said on stderr
+    import glob
+    out["worker_stderr"] = "".join(open(p, errors="replace").read() for p in glob.glob(
+        os.path.join(case["temp_dir"], "session_latest", "logs", "worker-*.err")))
 ray.shutdown()
 print(json.dumps(out))
 '''
 
 
-def drive(runtime_env, **case):
+def drive(runtime_env, driver_env=None, **case):
     temp_dir = tempfile.mkdtemp(prefix="hpray.", dir="/tmp")  # Ray's sockets: short paths
     case.update(runtime_env=runtime_env, temp_dir=temp_dir,
                 pydir=os.path.dirname(hp_memory.__file__))
-    env = python_env(RAY_DISABLE_USAGE_STATS="1", HP_TEST_PYDIR=case["pydir"])
+    env = python_env(RAY_DISABLE_USAGE_STATS="1", HP_TEST_PYDIR=case["pydir"],
+                     **(driver_env or {}))
     env.pop("HPALLOC_PRELOAD_PATH", None)
     try:
         proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(case)], env=env,
@@ -211,6 +217,7 @@ def test_preload_runtime_env_serves_every_malloc():
     out = drive({"preload": True}, store=True)
     for who, r in reports(out):
         assert r["preloaded"], who
+        assert os.path.basename(r["malloc"]) == "libhpalloc-preload.so", (who, r["malloc"])
         on_hpalloc(r["array"], "%s: NumPy array" % who)
         on_hpalloc(r["tensor"], "%s: torch tensor" % who)
         assert r["stats"]["preload_huge_bytes"] >= 2 * SIZE, (who, r["stats"])
@@ -231,6 +238,85 @@ def test_bad_knobs_and_adapters_are_refused_before_anything_starts():
                    "env_vars": {"A": "1", "HPALLOC_THRESHOLD": "4M",
                                 "HPALLOC_ADAPTERS": "numpy,torch", "HPALLOC_RAY": "1"}}
     pre = hpalloc.ray.runtime_env(preload=True)["env_vars"]
-    assert pre["LD_PRELOAD"] == hpalloc.preload_library()
-    assert os.path.basename(pre["LD_PRELOAD"]) == "libhpalloc-preload.so"
+    # appended to the LD_PRELOAD the node starts the worker with (Ray expands it)
+    assert pre["LD_PRELOAD"] == "${LD_PRELOAD} " + hpalloc.preload_library()
+    assert os.path.basename(hpalloc.preload_library()) == "libhpalloc-preload.so"
     assert pre["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+
+
+def test_stats_needs_pandas_and_says_so(monkeypatch):
+    """Issue 46: stats() returns one type, a pandas DataFrame (docs/ray.md);
+    without pandas it says so before asking the cluster anything (it
+    returned a list of dicts then)."""
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import fails
+    with pytest.raises(ImportError, match=r"hpalloc\.ray\.stats\(\) returns a pandas "
+                       r"DataFrame: install pandas"):
+        hpalloc.ray.stats()
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def test_runtime_env_merges_with_the_users_settings():
+    """Issue 46: base's LD_PRELOAD (jemalloc) kept first with hpalloc's
+    library appended, its Arrow pool and adapters kept, a knob of its that
+    one given replaces said in a warning naming both (the merge is
+    hpalloc._engines.worker_environ, hpalloc.dask's too).  Before, the base
+    came back with hpalloc's preload alone and the pool "system"."""
+    base = {"env_vars": {"LD_PRELOAD": "libjemalloc.so.2", "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+                         "HPALLOC_ADAPTERS": "numpy", "HPALLOC_THRESHOLD": "8M", "A": "1"}}
+    with pytest.warns(UserWarning, match="replaced your HPALLOC_THRESHOLD=8M with 4M"):
+        env = hpalloc.ray.runtime_env(preload=True, base=base, threshold="4M")
+    assert env["env_vars"] == {
+        "LD_PRELOAD": "libjemalloc.so.2 " + hpalloc.preload_library(),
+        "ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "HPALLOC_ADAPTERS": "numpy",
+        "HPALLOC_THRESHOLD": "4M", "HPALLOC_RAY": "preload", "A": "1"}, env
+    assert base["env_vars"]["HPALLOC_THRESHOLD"] == "8M"   # the caller's dict unchanged
+    # given adapters win (said), hpalloc's library listed once
+    again = dict(base["env_vars"], LD_PRELOAD=env["env_vars"]["LD_PRELOAD"])
+    with pytest.warns(UserWarning, match="HPALLOC_ADAPTERS=numpy with numpy,torch"):
+        env = hpalloc.ray.runtime_env(preload=True, base={"env_vars": again},
+                                      adapters="numpy,torch", threshold="8M")
+    assert env["env_vars"]["LD_PRELOAD"] == "libjemalloc.so.2 " + hpalloc.preload_library()
+    with pytest.raises(ValueError, match="refused adapters 'numpy,bogus'"):
+        hpalloc.ray.runtime_env(base={"env_vars": {"HPALLOC_ADAPTERS": "numpy,bogus"}})
+    # a pool of the user's and the arrow adapter asked for: it replaces the pool, said
+    with pytest.warns(UserWarning, match="arrow adapter replaces your ARROW_DEFAULT_MEMORY_POOL"):
+        env = hpalloc.ray.runtime_env(adapters="numpy,arrow", base={"env_vars": {
+            "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}})
+    assert env["env_vars"]["HPALLOC_ADAPTERS"] == "numpy,arrow"
+    assert env["env_vars"]["ARROW_DEFAULT_MEMORY_POOL"] == "mimalloc"
+
+
+def test_preload_beside_the_users_jemalloc():
+    """Issue 46, on a cluster: the node runs with LD_PRELOAD=jemalloc (the
+    driver's environment, which the local cluster's workers inherit) and
+    the base asks Arrow for jemalloc's pool; runtime_env(preload=True)
+    keeps both: the worker starts with jemalloc and then hpalloc's library
+    in LD_PRELOAD, and Arrow's pool is jemalloc (the arrow adapter, which
+    would replace it, left off and said so).  jemalloc, first, serves
+    malloc there (the worker's dynamic linker says so), so setup_worker
+    says that on the worker's stderr and switches the adapters on instead:
+    the arrays and tensors are hpalloc's all the same."""
+    if not os.path.exists(JEMALLOC):
+        skip("jemalloc", "%s is not installed (Debian: libjemalloc2)" % JEMALLOC)
+    with pytest.warns(UserWarning, match="ARROW_DEFAULT_MEMORY_POOL=jemalloc is kept: the arrow "
+                      "adapter is left off"):
+        env = hpalloc.ray.runtime_env(preload=True, base={"env_vars": {
+            "ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}})
+    assert env["env_vars"]["HPALLOC_ADAPTERS"] == "numpy,numba,torch", env
+    out = drive({"preload": True}, driver_env={"LD_PRELOAD": JEMALLOC},
+                base_env={"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}, logs=True)
+    for who, r in reports(out):
+        assert [os.path.basename(p) for p in r["ld_preload"].split()] == [
+            "libjemalloc.so.2", "libhpalloc-preload.so"], (who, r["ld_preload"])
+        assert r["ld_preload"].split()[0] == JEMALLOC, (who, r["ld_preload"])
+        assert r["arrow_pool"] == "jemalloc", (who, r["arrow_pool"])
+        assert r["preloaded"] and os.path.realpath(r["malloc"]) == os.path.realpath(JEMALLOC), \
+            (who, r["malloc"])
+        assert r["handler"] == "hpalloc", (who, r)
+        on_hpalloc(r["array"], "%s: NumPy array" % who)
+        on_hpalloc(r["tensor"], "%s: torch tensor" % who)
+    assert "serves malloc in this worker (it comes before libhpalloc-preload.so in " \
+        "LD_PRELOAD): the adapters numpy,numba,torch are switched on instead" \
+        in out["worker_stderr"], out["worker_stderr"][-3000:]
