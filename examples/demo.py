@@ -13,7 +13,9 @@ same interpreter, started without hpalloc (its HPALLOC_* settings and
 hpalloc's preload library taken out of the environment) -- and the two go
 side by side.  For each: who allocated the memory (NumPy's handler, or the
 library's own allocator), hpalloc's backend, the bytes on huge pages that
-/proc/self/smaps reports, the time and the minor page faults.
+/proc/self/smaps reports (of hpalloc's blocks once its workers had up to
+3 s to collapse what they faulted at 4 KiB first), the time and the minor
+page faults.
 
 The rows, for what is installed: a small NumPy array (it stays on libc's
 path); the first touch of a big array, `np.zeros; a += 1`; the same again
@@ -90,11 +92,32 @@ def huge_text(info):
     return "0"
 
 
+# hpalloc may fault a fresh block at 4 KiB pages first, where a fresh huge
+# page costs more (a VM that hands its free memory back to its host), and
+# collapse it to huge pages behind the program: within 2 s of its last
+# write.  A row reads smaps once that has had its time.
+SETTLE_SECONDS = 3.0
+
+
+def settled(obj):
+    """hpnp.backing(obj), once an hpalloc THP block is on huge pages (90 %)
+    or SETTLE_SECONDS have passed."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        info = hpnp.backing(obj)
+        size = info.get("mapping_size") or 0
+        if (info["backend"] != "thp" or (info["huge_bytes"] or 0) >= size * 9 // 10
+                or time.monotonic() >= deadline):
+            return info
+        time.sleep(0.05)
+
+
 def row(label, obj, seconds=None, faults=None, allocator=None):
     """One row's facts: who allocated obj (the NumPy handler of its owner,
     else hpalloc when the memory is in one of its blocks, else `allocator`,
-    the library's own), hpalloc's backend, and smaps' huge-page bytes."""
-    info = hpnp.backing(obj)
+    the library's own), hpalloc's backend, and smaps' huge-page bytes (an
+    hpalloc block's once settled)."""
+    info = settled(obj)
     backend = info["backend"]
     who = info["handler"] or ("hpalloc" if backend else allocator or "?")
     return {"label": label, "allocator": who, "backend": backend or "-",

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static bool is_header(const char *line)
@@ -41,8 +42,10 @@ static void add_field(const char *line, struct harness_smaps *m)
 		m->lazyfree += v;
 	else if ((v = kb_field(line, "KernelPageSize")) != SIZE_MAX)
 		m->kernel_page_size = v;
-	else if (strncmp(line, "VmFlags:", 8) == 0)
+	else if (strncmp(line, "VmFlags:", 8) == 0) {
 		m->thp_eligible = strstr(line, " hg") != NULL;
+		m->thp_refused = strstr(line, " nh") != NULL;
+	}
 	m->huge = m->anon_huge + m->shmem_pmd + m->hugetlb;
 }
 
@@ -90,6 +93,7 @@ static int add_overlapping(uintptr_t start, uintptr_t end, const struct harness_
 	if (out->mappings++ == 0) {
 		out->kernel_page_size = m->kernel_page_size;
 		out->thp_eligible = m->thp_eligible;
+		out->thp_refused = m->thp_refused;
 	}
 	out->rss += m->rss;
 	out->anon_huge += m->anon_huge;
@@ -106,6 +110,25 @@ int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out)
 
 	memset(out, 0, sizeof(*out));
 	return harness_smaps_each(add_overlapping, &r);
+}
+
+int harness_smaps_settled(const void *addr, size_t len, unsigned ms, struct harness_smaps *out)
+{
+	const size_t extent = 2u << 20;
+	size_t whole = len / extent * extent;
+	struct timespec now, end, pause = {0, 50 * 1000 * 1000};
+
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += ms / 1000;
+	end.tv_nsec += (long)(ms % 1000) * 1000000;
+	for (;;) {
+		int rc = harness_smaps_range(addr, len, out);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (rc < 0 || (out->huge >= whole && out->mappings == 1) || now.tv_sec > end.tv_sec ||
+		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+			return rc;
+		nanosleep(&pause, NULL);
+	}
 }
 
 /* An entry's header line, and its range. */

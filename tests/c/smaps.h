@@ -26,6 +26,7 @@ struct harness_smaps {
 	size_t huge;             /* anon_huge + shmem_pmd + hugetlb      */
 	size_t lazyfree;         /* LazyFree: MADV_FREE'd, the kernel's to take */
 	bool thp_eligible;       /* "hg" in VmFlags of the first one     */
+	bool thp_refused;        /* "nh" in VmFlags of the first one     */
 };
 
 /* Calls fn(start, end, fields, arg) for every mapping of /proc/self/smaps
@@ -36,6 +37,13 @@ int harness_smaps_each(int (*fn)(uintptr_t start, uintptr_t end,
 		       void *arg);
 /* The mappings overlapping [addr, addr+len), summed.  0, or -1. */
 int harness_smaps_range(const void *addr, size_t len, struct harness_smaps *out);
+/* harness_smaps_range() once every whole 2 MiB extent of the range is huge
+ * in one mapping, or ms have passed: hpalloc may fault a fresh block at
+ * 4 KiB first, its VMA split where its worker sampled or collapsed, and
+ * collapse it behind the program (populate_pages=measured): what a test
+ * reads then stays what it is.  0, or -1. */
+#define HARNESS_SETTLE_MS 10000
+int harness_smaps_settled(const void *addr, size_t len, unsigned ms, struct harness_smaps *out);
 /* Writes the smaps entry of the mapping holding addr, as the kernel wrote
  * it, to fd: what a program dying of a signal says about where.  Only
  * open/read/write and a static buffer (no malloc: the crash may be inside

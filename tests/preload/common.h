@@ -52,7 +52,8 @@ void preload_skip_part(const char *cap, const char *name, const char *why);
 /* What /proc/self/smaps says about the mappings overlapping a range:
  * harness_smaps_range(), tests/c/smaps.h (the C tests' one reader). */
 /* Bytes of [p, p+len) on huge pages (THP or hugetlb) per smaps; the range
- * is touched first so that there is something to see. */
+ * is touched first so that there is something to see, and an hpalloc block
+ * read once settled (harness_smaps_settled). */
 size_t huge_bytes(void *p, size_t len);
 /* p lies in a mapping with 4 KiB pages and no huge page at all. */
 bool on_small_pages(const void *p);

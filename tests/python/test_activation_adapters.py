@@ -28,10 +28,11 @@ MIB64 = 64 << 20
 # the end, and only to read stats: it is already loaded when active).
 SMAPS = CHILD + """
 import json, sys
-from hp_memory import huge_of, smaps_entry
+from hp_memory import settled_huge_bytes, smaps_entry
 def huge_bytes(addr):
-    e = smaps_entry(addr)
-    return {"huge": huge_of(e), "mapping": e["end"] - e["start"]}
+    e = smaps_entry(addr)   # once settled: a block faulted at 4 KiB first is collapsed behind
+    size = e["end"] - e["start"]
+    return {"huge": settled_huge_bytes(e["start"], size), "mapping": size}
 def report(addr):
     out = huge_bytes(addr)
     mod = sys.modules.get("hpalloc")

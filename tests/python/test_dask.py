@@ -37,7 +37,7 @@ import hpalloc
 import hpalloc.dask
 import hp_memory
 from conftest import MiB, python_env
-from hp_memory import huge_bytes
+from hp_memory import settled_huge_bytes
 
 # The functions below run inside the workers: ship them by value, the
 # workers cannot import this test module (nor hp_memory, which they use).
@@ -80,7 +80,8 @@ def report(arr):
         # the hpalloc block holding the data (interior pointers work)
         "backend": _hpalloc.backing(address)["backend"],
         # the worker's own smaps: the test's reading, and the library's
-        "smaps_huge": huge_bytes(address),
+        # (settled: a block faulted at 4 KiB first is collapsed behind the task)
+        "smaps_huge": settled_huge_bytes(address, arr.nbytes),
         "backing_huge": hpnp.backing(arr)["huge_bytes"],
         "nbytes": arr.nbytes,
     }
@@ -127,7 +128,7 @@ def torch_tensor_report(nbytes):
     import torch
     import hpalloc.numpy as hpnp
     t = torch.ones(nbytes // 8, dtype=torch.float64)
-    return {"backend": hpnp.backing(t)["backend"], "smaps_huge": huge_bytes(t.data_ptr()),
+    return {"backend": hpnp.backing(t)["backend"], "smaps_huge": settled_huge_bytes(t.data_ptr(), nbytes),
             "backing_huge": hpnp.backing(t)["huge_bytes"], "nbytes": nbytes,
             "installed": sys.modules["hpalloc.torch"].installed()
             if "hpalloc.torch" in sys.modules else False}
@@ -334,8 +335,11 @@ def test_memory_limit_bounds_what_the_cache_keeps():
         results = {}
         for label, knobs in (("cache_rss_max=0", {"cache_rss_max": "0"}),
                              ("the plugin's bound", {})):
+            # populate_pages=2M: the arrays are resident when freed (at 4 KiB
+            # first, freed before their collapse, the cache would drop their
+            # pages and there would be nothing over the bound to show)
             hpalloc.dask.register(client, hpalloc.dask.HpallocPlugin(
-                cache_decay_ms="600000", adapters="numpy", **knobs))
+                cache_decay_ms="600000", populate_pages="2M", adapters="numpy", **knobs))
             peak = client.submit(fill_and_free, bound, pure=False).result(timeout=TIMEOUT)
             time.sleep(1.0)
             (state,) = client.run(rss_and_cache).values()

@@ -72,7 +72,7 @@ def merge_report(rows=ROWS):
         col = merged[name].to_numpy()
         address = col.__array_interface__["data"][0]
         columns[name] = {"backend": _hpalloc.backing(address)["backend"],
-                         "smaps_huge": hp_memory.huge_bytes(address, col.nbytes),
+                         "smaps_huge": hp_memory.settled_huge_bytes(address, col.nbytes),
                          "nbytes": col.nbytes}
     assert float(merged["b"].sum()) == 2.0 * rows
     return {"pid": os.getpid(), "preloaded": hpalloc.preloaded(),

@@ -73,14 +73,14 @@ import hp_memory
 n, other = %d, %d
 out = {}
 a = np.zeros(n // 8); a += 1
-out["zeros"] = hp_memory.huge_bytes(a.ctypes.data, a.nbytes)
+out["zeros"] = hp_memory.settled_huge_bytes(a.ctypes.data, a.nbytes)
 try:
     import torch
 except ImportError:
     pass
 else:
     t = torch.ones(other // 8, dtype=torch.float64)
-    out["torch"] = hp_memory.huge_bytes(t.data_ptr(), other)
+    out["torch"] = hp_memory.settled_huge_bytes(t.data_ptr(), other)
 try:
     from numba import njit
 except ImportError:
@@ -88,7 +88,7 @@ except ImportError:
 else:
     ones = njit(lambda k: np.ones(k))
     b = ones(other // 8)
-    out["numba"] = hp_memory.huge_bytes(b.ctypes.data, other)
+    out["numba"] = hp_memory.settled_huge_bytes(b.ctypes.data, other)
 try:
     import pyarrow as pa
 except ImportError:
@@ -96,7 +96,7 @@ except ImportError:
 else:
     buf = pa.allocate_buffer(other)
     np.frombuffer(buf, dtype=np.uint8)[:] = 1
-    out["arrow"] = hp_memory.huge_bytes(buf.address, other)
+    out["arrow"] = hp_memory.settled_huge_bytes(buf.address, other)
 print(json.dumps(out))
 """ % (DEMO_SIZE, OTHER_SIZE)
 

@@ -35,7 +35,7 @@ HPCTL = os.path.join(BUILDDIR, "tools", "hpctl")
 # huge pages in the mappings holding [address, address + size).
 SMAPS = CHILD + textwrap.dedent("""
     import json, sys
-    from hp_memory import huge_bytes
+    from hp_memory import settled_huge_bytes as huge_bytes  # a block at 4 KiB first: collapsed behind
 """)
 
 TENSORS = SMAPS + textwrap.dedent("""

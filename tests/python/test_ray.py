@@ -51,7 +51,7 @@ def where(address, nbytes):
     from hpalloc import _hpalloc
     entries = hp_memory.overlapping(address, nbytes)
     return {"hpalloc": _hpalloc.backing(address)["backend"],
-            "huge": hp_memory.huge_bytes(address, nbytes),
+            "huge": hp_memory.settled_huge_bytes(address, nbytes),
             "paths": sorted({e["path"] for e in entries})}
 
 def report():

@@ -24,7 +24,7 @@ fresh_user_home
 cat >"$user_home/prog.py" <<'EOF'
 import os, sys, time
 sys.path.insert(0, os.path.join(os.environ["HOME"], "testlib"))
-from hp_memory import huge_bytes, smaps
+from hp_memory import settled_huge_bytes as huge_bytes, smaps
 import numpy as np
 import pyarrow as pa
 import torch
@@ -91,7 +91,7 @@ kill $pid 2>/dev/null; wait $pid 2>/dev/null
 hpctl run --preload -- python -c '
 import ctypes, os, sys
 sys.path.insert(0, os.path.join(os.environ["HOME"], "testlib"))
-from hp_memory import huge_bytes, smaps
+from hp_memory import settled_huge_bytes as huge_bytes, smaps
 n = 256 << 20
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
