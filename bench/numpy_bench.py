@@ -65,7 +65,7 @@ import hp_memcg  # noqa: E402  (the one maker of memory cgroups: the pressure ro
 import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
 from bench_proc import raise_interrupt, run_process, signals_held  # noqa: E402
 import bench_machine  # noqa: E402
-from bench_machine import PAGE_REPORTING, first_line_with, in_venv  # noqa: E402
+from bench_machine import PAGE_REPORTING, first_line_with, in_venv, page_reporting_order  # noqa: E402
 # (bootstrap_ratio too: tests/python/test_bench_verdicts.py reads the verdicts here)
 from bench_stats import NOT_SLOWER, VERDICT_MIN_N, bootstrap_ratio, fmt_verdict, verdict  # noqa: E402,F401
 PYTHON = sys.executable
@@ -211,14 +211,15 @@ def all_contenders():
 
 # The first touch against the populate knob (issue 27): hpalloc as `hpctl
 # run` has it, with the populate workers off, 1 and 2 of them; and against
-# populate_pages (issue 35): auto (decided per block) and 4 KiB first.
+# populate_pages (issues 35, 44): auto (decided per block), 4 KiB first, and
+# 2M (huge pages from the first fault, the default until measured was).
 def populate_contenders():
     return [Contender("hp-populate-%s" % n, "hpalloc, `hpctl run populate=%s`" % n,
                       per_workload={w: ("hpctl", ["populate=%s" % n]) for w in FIRST_TOUCH})
             for n in ("off", "1", "2")] + [
         Contender("hp-pages-%s" % p, "hpalloc, `hpctl run populate_pages=%s`" % p,
                   per_workload={w: ("hpctl", ["populate_pages=%s" % p]) for w in FIRST_TOUCH})
-        for p in ("auto", "4K")]
+        for p in ("auto", "4K", "2M")]
 
 
 # The allocation-path cost of the knob check (issue 4): the same hpalloc
@@ -423,6 +424,9 @@ def machine_description():
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": cat("/proc/loadavg"),
+        # a VM that hands free memory back to its host makes fresh huge pages
+        # cold (docs/benchmarks.md): whether this one does
+        "page_reporting": "off" if page_reporting_order() is None else "order %d" % page_reporting_order(),
     }
 
 

@@ -252,6 +252,16 @@ enum hp_stat {
 	HP_STAT_POPULATE_SMALL_DROPPED_BYTES, /* of those, freed before their collapse:
 					     bytes of the ranges the cache dropped
 					     (the 4 KiB pages in them) as they went in */
+	HP_STAT_POPULATE_CPU_US,    /* the populate workers' CPU time: faults ahead,
+				       looks, collapses (what populating cost) */
+	HP_STAT_POPULATE_BUSY,      /* times the workers (populate=auto) stood back
+				       because no CPU was free for them */
+	HP_STAT_POPULATE_2M_US,     /* gauge: a worker's CPU time to fault 2 MiB as a
+				       huge page here, as last measured (0: not yet) */
+	HP_STAT_POPULATE_4K_US,     /* gauge: the same as 512 4 KiB pages (0: not yet) */
+	HP_STAT_POPULATE_START,     /* gauge: how populate_pages=measured starts the
+				       next fresh block: 0 not measured yet (4 KiB first,
+				       sampling), 1 huge pages, 2 4 KiB pages first */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

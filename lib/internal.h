@@ -131,7 +131,7 @@ enum hp_knob_id {
 enum hp_mode { MODE_AUTO, MODE_HUGETLB, MODE_THP, MODE_OFF };
 enum hp_fallback { FALLBACK_THP, FALLBACK_SMALL, FALLBACK_FAIL };
 enum hp_guard { GUARD_READ, GUARD_FAULT };
-enum hp_populate_pages { POP_PAGES_AUTO, POP_PAGES_2M, POP_PAGES_4K };
+enum hp_populate_pages { POP_PAGES_AUTO, POP_PAGES_2M, POP_PAGES_4K, POP_PAGES_MEASURED };
 /* pagesize knob value: 0 = auto, else bytes */
 /* populate knob value: 0 = off, 1..HP_POPULATE_MAX threads, or auto */
 #define HP_POPULATE_MAX 64
@@ -609,6 +609,10 @@ HP_HIDDEN void populate_watch(const struct hp_map *m);
  * *small_off, *small_len (may be NULL): the part that may still be on the
  * 4 KiB pages it was faulted at first, not collapsed yet (length 0: none). */
 HP_HIDDEN void populate_forget(const void *addr, size_t *small_off, size_t *small_len);
+/* The first-touch figures (ns of CPU per 2 MiB faulted as a huge page, as
+ * 4 KiB pages; 0: not measured) as if the workers had measured them: tests
+ * stage a machine where huge pages are dear, or cheap. */
+HP_HIDDEN void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];

@@ -115,7 +115,7 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 	 * on one CPU: first touch of a fresh block at up to that many times one
 	 * thread's rate (populate.c). */
 	[KNOB_POPULATE] = {"populate", "threads",
-		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere, never under a memory cgroup's limit or cache_rss_max); auto: one per two CPUs, at most 8, none on one CPU; off (or 0) switches it off",
+		"worker threads that fault in a fresh huge block ahead of a program touching it from its start, like readahead (never a block touched sparsely or elsewhere, never under a memory cgroup's limit or cache_rss_max); auto: one per two CPUs, at most 8, none on one CPU, faulting ahead only while a CPU is free for them; a number: that many, always working; off (or 0) switches it off",
 		"auto, off, or a number of threads 0.." HP_STRINGIFY(HP_POPULATE_MAX), NULL, "auto",
 		0, HP_POPULATE_MAX, parse_populate, format_populate},
 	/* on: in a memory-limited cgroup (a container) the cache keeps at most
@@ -133,14 +133,16 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
-	/* 2M: a block is on huge pages as soon as the program wrote it, as
-	 * users (and hpalloc's tests) read smaps right after.  auto and 4K win
-	 * the cold first touch where free pages are reported (populate.c) but
-	 * reach huge pages seconds later, after the worker's collapse. */
+	/* measured: where a VM hands its free memory back to its host, a fresh
+	 * 2 MiB page is a cold block the host must back again (several ms),
+	 * while 4 KiB faults take warm fragments; elsewhere (bare metal, a
+	 * process reusing what it freed) huge pages are the cheaper first touch
+	 * and need no collapse.  Which holds is the machine's and the moment's:
+	 * the workers' own fault-ins measure it (populate.c). */
 	[KNOB_POPULATE_PAGES] = {"populate_pages", "choice",
-		"pages of the first touch of a fresh THP block that populate workers follow: 2M (huge pages from the first fault), 4K (4 KiB pages first, the workers collapse them to 2 MiB behind the program), auto (4K where the block's worker measures a 2 MiB fault dearer than 2 MiB of 4 KiB faults, else 2M)",
-		"one of: auto 2M 4K", "auto 2M 4K", "2M",
-		0, 2, parse_choice, format_choice},
+		"pages of the first touch of a fresh THP block that populate workers follow: measured (huge pages where the workers last measured a 2 MiB fault no dearer than 2 MiB of 4 KiB faults, else 4 KiB first; each block's own samples revise it), 2M (huge pages from the first fault), 4K (4 KiB pages first, the workers collapse them to 2 MiB behind the program), auto (4 KiB first, then as the block's own samples say)",
+		"one of: auto 2M 4K measured", "auto 2M 4K measured", "measured",
+		0, 3, parse_choice, format_choice},
 #ifdef HP_TEST_KNOB
 	/* A knob is its enum entry (internal.h) and its row here: the test-only
 	 * build adds this one and tests/cli/knob-two-places.sh finds it in hpctl

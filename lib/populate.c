@@ -10,21 +10,28 @@
  * `perf bench mem mmap`), while memory bandwidth takes several times that.
  * QEMU's prealloc-threads fault guest memory in that way.
  *
- * Pages (knob populate_pages, issue 35).  Where the VM hands free memory
- * back to its host, every fresh 2 MiB page is a reported, cold block the
- * host backs again, while 4 KiB pages come from fragments first: a cold
- * first touch at 4 KiB was measured 2-4 times cheaper per byte.  So a
- * fresh THP block with a job may be faulted at 4 KiB first (MADV_NOHUGEPAGE
- * until its job is over; the workers populate ahead at 4 KiB) and, once the
- * program reached its end or stopped touching it, collapsed to 2 MiB pages
- * by a worker (MADV_COLLAPSE, a chunk at a time, after any faulting ahead
- * and within the memory bound below: a collapse charges its fresh huge page
- * while the 4 KiB ones are still charged).  The collapse costs CPU time
- * (1-3 s per GiB here) on a worker instead of the program's first touch.
- * auto decides per block, off the program's path: the worker times 2 MiB
- * samples against its 4 KiB chunks (enum phase).  The block goes with its
- * huge-page advice back whenever its job ends or is forgotten, so the
- * cache, a resize or a join of pieces sees a THP block as ever.
+ * Pages (knob populate_pages, issues 35, 44).  Where the VM hands free
+ * memory back to its host, every fresh 2 MiB page is a reported, cold block
+ * the host backs again, while 4 KiB pages come from fragments first: a cold
+ * first touch at 4 KiB was measured 2-7 times cheaper per byte.  So a
+ * fresh THP block with a job may be faulted at 4 KiB first (MADV_NOHUGEPAGE;
+ * the workers populate ahead at 4 KiB) and collapsed to 2 MiB pages by a
+ * worker (MADV_COLLAPSE, a chunk at a time): behind the program while it
+ * fills the block, more than a group behind it, each chunk given its advice
+ * back first (behind_step()), and the rest once the program reached its end
+ * or stopped touching it -- so a block the program keeps is on huge pages
+ * soon after its last write.  A collapse charges its fresh huge page while
+ * the 4 KiB ones are still charged (the memory bound below), and costs CPU
+ * time (1-3 s per GiB where huge pages are cold) on a worker instead of the
+ * program's first touch; faulting ahead goes first.  Where huge pages are
+ * not dearer (bare metal, memory a process freed a moment ago) they need no
+ * collapse: measured (the default) starts a block on them where the
+ * workers' own fault-ins last found them no dearer than 4 KiB ones ("what a
+ * first touch costs here" below), auto samples per block, off the
+ * program's path: the worker times 2 MiB samples against its 4 KiB chunks
+ * (enum phase).  The block goes with its huge-page advice back whenever
+ * its job ends or is forgotten, so the cache, a resize or a join of pieces
+ * sees a THP block as ever.
  *
  * What is populated -- never memory the program does not touch:
  *   - A fresh block of at least POP_MIN_BLOCK gets a job before heap.c
@@ -108,6 +115,7 @@
 #include "internal.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -157,8 +165,11 @@ struct job {
 	unsigned poll_us;
 	unsigned gen;            /* tells a worker's last job from a new one in the slot */
 	struct numa_home origin;
+	bool thp;        /* a THP block: its fault-ins are first-touch figures */
 	/* 4 KiB first ("Pages" above) */
-	bool small;      /* faulted at 4 KiB first: collapsed once the program is done */
+	bool small;      /* may be on 4 KiB pages: collapsed once the program is done */
+	bool nh_pending; /* 4 KiB first, the advice to come once the program started */
+	size_t small_from; /* the first chunk that may be on 4 KiB pages */
 	size_t small_end; /* bytes [0, small_end) may be on 4 KiB pages (auto: HUGE since) */
 	bool advised;    /* MADV_HUGEPAGE given back to the whole block */
 	int phase;       /* auto's (enum phase) */
@@ -167,7 +178,8 @@ struct job {
 	uint64_t small_ns, small_n; /* CPU time and number of its 4 KiB fault-ins */
 	bool collapsing; /* the program is done: chunks [cnext, cend) to collapse */
 	bool collapse_busy;
-	size_t cnext, cend;
+	bool behind_failed; /* a collapse behind the program failed: wait for the end */
+	size_t cnext, cend; /* chunks below cnext are collapsed (or on huge pages) */
 };
 
 /* auto, per block: 4 KiB pages first (SAMPLING: after the first 4 KiB
@@ -207,15 +219,127 @@ static uint64_t now_us(void)
 	return clock_us(CLOCK_MONOTONIC);
 }
 
+/* ---- what a first touch costs here (issue 44) ------------------------------------
+ * The workers' fault-ins are the measurements: each one's CPU time (a VM's
+ * host backing a cold page stalls the vCPU, and counts) for a 2 MiB chunk,
+ * faulted as a huge page or as 4 KiB pages, folded into a moving estimate
+ * per kind (the last FIG_WEIGHT fault-ins weigh most).  populate_pages=
+ * measured starts a fresh block on huge pages where they were no dearer at
+ * the last fault-ins, else at 4 KiB first, sampling huge pages; either
+ * way the block's own samples revise it (enum phase), and move the figures
+ * on: a process that freed huge pages a moment ago meets warm ones (a
+ * fraction of a millisecond each), a VM that handed its free memory to the
+ * host cold ones (several); bare metal zeroes either at memory speed.
+ * Where the workers fault nothing (a busy machine) or not both kinds, a
+ * worker probes: 2 MiB faulted each way in a mapping of its own, once a
+ * job exists and the last probe is PROBE_EVERY_MS old (a few ms of a
+ * worker's time, 4 MiB for that moment).  No figures yet (a process's
+ * first block, its first probe under way): 4 KiB first, sampling, which
+ * measures both.  pop_lock. */
+#define FIG_WEIGHT 4
+#define PROBE_EVERY_MS 5000
+enum { FIG_HUGE, FIG_SMALL };
+static uint64_t fig_ns[2]; /* 0: not measured yet */
+static uint64_t probed_ms;  /* the last probe began; 0: none */
+static bool probing;        /* a worker is in probe(): a fork waits for it */
+
+/* The start of a fresh block under populate_pages=measured: HUGE, or
+ * SAMPLING (4 KiB first) where huge pages were dearer or are not measured. */
+static int measured_start(const uint64_t figs[2])
+{
+	return figs[FIG_HUGE] && figs[FIG_SMALL] && figs[FIG_HUGE] <= figs[FIG_SMALL] ? HUGE : SAMPLING;
+}
+
+static void figures_publish(void)
+{
+	int start = !fig_ns[FIG_HUGE] || !fig_ns[FIG_SMALL] ? 0 : measured_start(fig_ns) == HUGE ? 1 : 2;
+	atomic_store_explicit(&hp_counters[HP_STAT_POPULATE_2M_US], fig_ns[FIG_HUGE] / 1000, memory_order_relaxed);
+	atomic_store_explicit(&hp_counters[HP_STAT_POPULATE_4K_US], fig_ns[FIG_SMALL] / 1000, memory_order_relaxed);
+	atomic_store_explicit(&hp_counters[HP_STAT_POPULATE_START], (uint64_t)start, memory_order_relaxed);
+}
+
+/* pop_lock held: a fault-in of a 2 MiB chunk of kind took ns. */
+static void figure(int kind, uint64_t ns)
+{
+	uint64_t *f = &fig_ns[kind];
+	*f = *f ? (*f * (FIG_WEIGHT - 1) + ns) / FIG_WEIGHT : (ns ? ns : 1);
+	figures_publish();
+}
+
+void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns)
+{
+	pthread_mutex_lock(&pop_lock);
+	fig_ns[FIG_HUGE] = huge_ns;
+	fig_ns[FIG_SMALL] = small_ns;
+	probed_ms = hp_now_ms(); /* staged, as good as measured */
+	figures_publish();
+	pthread_mutex_unlock(&pop_lock);
+}
+
+/* pop_lock held: whether a worker should probe now (and it is claimed). */
+static bool probe_due(void)
+{
+	uint64_t now = hp_now_ms();
+	if (probed_ms && now - probed_ms < PROBE_EVERY_MS)
+		return false;
+	probed_ms = now ? now : 1;
+	return true;
+}
+
+/* The CPU time (ns) of the first touch of 2 MiB at p, a store per 4 KiB
+ * (the worker's own mapping: no MADV_POPULATE_WRITE needed). */
+static uint64_t timed_touch(char *p)
+{
+	uint64_t t0 = clock_us(CLOCK_THREAD_CPUTIME_ID);
+	for (size_t off = 0; off < HP_THP_SIZE; off += HP_BASE_PAGE)
+		((volatile char *)p)[off] = 1;
+	uint64_t us = clock_us(CLOCK_THREAD_CPUTIME_ID) - t0;
+	return us ? us * 1000 : 1;
+}
+
+/* Unlocked: 2 MiB faulted as a huge page and 2 MiB as 4 KiB pages, in a
+ * THP mapping of the worker's own (os.c: aligned, advised), timed; the
+ * figures take both.  A mapping or advice refused measures nothing. */
+static void probe(void)
+{
+	struct hp_map m;
+	uint64_t ns[2] = {0, 0};
+
+	if (os_map_thp(2 * HP_THP_SIZE, &m) < 0)
+		return;
+	char *small = (char *)m.addr + HP_THP_SIZE;
+	if (prim_advise(small, HP_THP_SIZE, MADV_NOHUGEPAGE) == 0) {
+		ns[FIG_HUGE] = timed_touch(m.addr);
+		ns[FIG_SMALL] = timed_touch(small);
+	}
+	os_unmap(&m);
+	pthread_mutex_lock(&pop_lock);
+	for (int kind = FIG_HUGE; kind <= FIG_SMALL; kind++)
+		if (ns[kind])
+			figure(kind, ns[kind]);
+	pthread_mutex_unlock(&pop_lock);
+}
+
 /* ---- how many workers ------------------------------------------------------------ */
+
+/* The CPUs this process may run on, read once. */
+static int allowed_cpus(void)
+{
+	static _Atomic int cpus;
+	int n = atomic_load_explicit(&cpus, memory_order_relaxed);
+	if (!n) {
+		cpu_set_t set;
+		n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+		atomic_store_explicit(&cpus, n, memory_order_relaxed);
+	}
+	return n;
+}
 
 /* auto: one per two CPUs this process may run on, at most AUTO_MAX, and none
  * on one CPU, where a worker could only take the program's own turn. */
 static int auto_threads(void)
 {
-	cpu_set_t set;
-	int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-	int n = cpus / 2;
+	int n = allowed_cpus() / 2;
 	return n > AUTO_MAX ? AUTO_MAX : n;
 }
 
@@ -264,7 +388,7 @@ static size_t ceiling(const struct job *j)
  * batch instead of faulting the same chunk as they do, chunk after chunk. */
 static bool claim(struct job *j, size_t *chunk)
 {
-	if (j->dead || j->watching || j->collapsing)
+	if (j->dead || j->watching || j->collapsing || j->nh_pending)
 		return false;
 	size_t r = reached(j);
 	if (j->hi < r) /* the program is past the batch: what is left is behind it */
@@ -313,9 +437,11 @@ static void job_end_locked(struct job *j)
 }
 
 /* pop_lock held: the program is done with the block (upto: the chunks it
- * or the workers faulted), or the job cannot go on (upto 0).  A block
- * faulted at 4 KiB first is not done with yet: its advice is given back
- * and chunks [0, upto) collapsed, one worker step at a time (collapse_step()). */
+ * or the workers faulted), or the job cannot go on (upto: what the program
+ * is known to have reached).  A block that may be on 4 KiB pages is not
+ * done with yet: its advice is given back and chunks [cnext, upto)
+ * collapsed, one worker step at a time (collapse_step()) -- the advice in
+ * any case, or the rest of it would fault on 4 KiB pages for good. */
 static void job_over_locked(struct job *j, size_t upto)
 {
 	if (!j->small || j->dead) {
@@ -324,9 +450,16 @@ static void job_over_locked(struct job *j, size_t upto)
 	}
 	if (j->collapsing)
 		return;
-	j->collapsing = true;
-	j->cnext = 0;
+	if (j->cnext < j->small_from)
+		j->cnext = j->small_from;
 	j->cend = upto < j->n ? upto : j->n;
+	if (atomic_load_explicit(&no_collapse, memory_order_relaxed))
+		j->cend = j->cnext; /* the advice back, nothing to collapse */
+	if (j->cnext >= j->cend && j->advised) { /* all on huge pages */
+		job_end_locked(j);
+		return;
+	}
+	j->collapsing = true;
 }
 
 /* What a look at the sentinels found (unlocked, the job pinned by inflight). */
@@ -414,6 +547,33 @@ static size_t read_free(void)
 	return free;
 }
 
+/* ---- a CPU for the workers (issue 49) ------------------------------------------------
+ * A fault-in ahead saves the program time only on a CPU nobody else wanted:
+ * where every CPU is busy -- two Dask worker processes on two cores, each
+ * with its own populate worker -- it takes another thread's turn, and the
+ * faults it saves cost as much as they would have (a merge ran 1.18x
+ * slower).  So under populate=auto a worker faults ahead only while the
+ * machine's runnable tasks, itself aside (/proc/loadavg's count, read
+ * with what is free), are fewer than the CPUs this process may run on;
+ * else it stands back (populate_busy counts the times) and the program
+ * faults its pages itself, as without workers.  Looks and collapses go on.
+ * A number of workers the user set is theirs: they always work.  An
+ * unreadable count is an idle machine. */
+static bool cpus_busy; /* at the last reading (pop_lock) */
+
+static bool read_busy(void)
+{
+	char buf[128];
+	if ((int)hp_knob(KNOB_POPULATE) != HP_POPULATE_AUTO || prim_proc_read("loadavg", buf, sizeof(buf)) < 0)
+		return false;
+	const char *p = buf;
+	for (int field = 0; field < 3 && p; field++) /* "0.52 0.58 0.59 3/512 12345" */
+		if ((p = strchr(p, ' ')))
+			p++;
+	long runnable = p ? strtol(p, NULL, 10) : 0;
+	return runnable - 1 >= allowed_cpus();
+}
+
 /* pop_lock held: some job is past watching (a reading can matter). */
 static bool populating(void)
 {
@@ -433,8 +593,12 @@ static void refresh_free(void)
 	mem_read_ms = now;
 	pthread_mutex_unlock(&pop_lock);
 	size_t free = read_free();
+	bool busy = read_busy();
 	pthread_mutex_lock(&pop_lock);
 	mem_free = free;
+	if (busy && !cpus_busy)
+		stat_add(HP_STAT_POPULATE_BUSY, 1);
+	cpus_busy = busy;
 }
 
 /* pop_lock held: whether a memory bound held at the last reading. */
@@ -462,6 +626,29 @@ static bool bound_holds_now(void)
 enum { NOTHING, FAULT, LOOK, COLLAPSE };
 #define ADVISE_STEP SIZE_MAX /* a collapse step that gives the block its advice back */
 
+/* The chunks a collapse may take while the program still fills the block:
+ * those more than a group behind the last sentinel it reached, and on 4 KiB
+ * pages (below small_end). */
+static size_t behind_end(const struct job *j)
+{
+	size_t end = j->pos > 1 ? (j->pos - 1) * GROUP : 0, small = j->small_end / j->chunk;
+	return end < small ? end : small;
+}
+
+/* pop_lock held: a job's next collapse while the program fills it, behind
+ * it: so that a block the program keeps is on huge pages soon after its
+ * last write, not a whole block's collapses after it (1-2 s per GiB where
+ * fresh huge pages are cold).  Each chunk gets its advice back first (its
+ * VMA joins the advised ones before it). */
+static bool behind_step(struct job *j, size_t *chunk, size_t room)
+{
+	if (!j->small || j->watching || j->collapse_busy || j->behind_failed ||
+	    j->cnext >= behind_end(j) || room < j->chunk)
+		return false;
+	*chunk = j->cnext++;
+	return true;
+}
+
 /* pop_lock held: a collapsing job's next step, if it has one now; a job
  * whose steps are over, or for which the memory bound leaves no room for
  * a collapse's fresh huge page (charged while the 4 KiB pages it copies
@@ -469,6 +656,8 @@ enum { NOTHING, FAULT, LOOK, COLLAPSE };
  * without workers. */
 static bool collapse_step(struct job *j, size_t *chunk, size_t room)
 {
+	if (!j->collapsing)
+		return behind_step(j, chunk, room);
 	if (j->collapse_busy)
 		return false;
 	if (!j->advised) {
@@ -489,22 +678,21 @@ static bool collapse_step(struct job *j, size_t *chunk, size_t room)
 static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 {
 	uint64_t now = now_us(), soonest = UINT64_MAX;
-	struct job *behind = NULL;
+	bool behind = false;
 
 	*wait_us = 0;
 	if (forking)
 		return NOTHING; /* until populate_fork's parent phase wakes us */
-	bool bound = bound_held();
+	bool hold = bound_held() || cpus_busy;
 	for (int i = 0; i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
 			continue;
-		if (j->collapsing) {
-			if (!behind)
-				behind = j;
+		if (j->collapsing || j->small)
+			behind = true;
+		if (j->collapsing)
 			continue;
-		}
-		if (!bound && claim(j, chunk)) {
+		if (!hold && claim(j, chunk)) {
 			*out = j;
 			return FAULT;
 		}
@@ -520,7 +708,7 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 	size_t room = behind ? room_left() : 0;
 	for (int i = 0; behind && i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
-		if (j->used && !j->dead && j->collapsing && collapse_step(j, chunk, room)) {
+		if (j->used && !j->dead && collapse_step(j, chunk, room)) {
 			*out = j;
 			return COLLAPSE;
 		}
@@ -611,16 +799,23 @@ static size_t small_upto(const struct job *j, size_t c)
 }
 
 /* pop_lock held: a fault-in done (err 0) or failed; sample: whether it was
- * auto's 2 MiB sample, and then the phase judge() found and whether it
- * pointed away from the one the job is in. */
-static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sample, int phase, bool away)
+ * a 2 MiB sample, and then the phase judge() found and whether it pointed
+ * away from the one the job is in; from: the first chunk no worker had
+ * claimed as it began (where a block on huge pages goes on at 4 KiB). */
+static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sample, int phase, bool away,
+		       size_t from)
 {
 	size_t g = c / GROUP;
 
+	bool huge = sample || !j->small || j->advised;
+	if (err == 0 && j->thp)
+		figure(huge ? FIG_HUGE : FIG_SMALL, ns);
 	if (sample) { /* (one that failed: the next one samples again) */
 		j->sampling = false;
 		if (err == 0 && phase != j->phase) {
 			j->run = 0;
+			if (phase == SMALL && j->small_from > from)
+				j->small_from = j->cnext = from; /* a block started on huge pages */
 			j->phase = phase;
 			j->advised = phase == HUGE;
 			j->small_end = phase == HUGE ? small_upto(j, c) * j->chunk : j->len;
@@ -629,7 +824,7 @@ static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sampl
 		} else if (err == 0) {
 			j->run = away ? j->run + 1 : 0;
 		}
-	} else if (err == 0 && j->small && !j->advised) {
+	} else if (err == 0 && !huge) {
 		j->small_ns += ns;
 		j->small_n++;
 	}
@@ -645,8 +840,10 @@ static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sampl
 		return;
 	if (err == EINVAL)
 		atomic_store(&unsupported, true);
-	if (!j->dead) /* ENOMEM (a memory limit), EINVAL: the program faults the rest */
-		job_over_locked(j, 0);
+	/* ENOMEM (a memory limit), EINVAL: the program faults the rest, the
+	 * advice back; what it faulted at 4 KiB so far is collapsed */
+	if (!j->dead)
+		job_over_locked(j, reached(j) + GROUP);
 }
 
 /* pop_lock held: a worker leaves a job it pinned; the last one out of a
@@ -675,7 +872,7 @@ static void do_fault(struct job *j, size_t c, unsigned *last_gen)
 	uint64_t ns = 0;
 	unsigned gen = j->gen;
 	bool sample = sample_now(j);
-	uint64_t mean_4k = j->small_n ? j->small_ns / j->small_n : 0;
+	uint64_t mean_4k = j->small_n ? j->small_ns / j->small_n : fig_ns[FIG_SMALL];
 	int phase = j->phase, run = j->run;
 	size_t from = j->hi;
 	bool away = false;
@@ -688,7 +885,7 @@ static void do_fault(struct job *j, size_t c, unsigned *last_gen)
 	if (err == 0 && sample)
 		phase = judge(j, phase, run, mean_4k, ns, from, &away);
 	pthread_mutex_lock(&pop_lock);
-	fault_done(j, c, err, ns, sample, phase, away);
+	fault_done(j, c, err, ns, sample, phase, away, from);
 	unpin(j);
 }
 
@@ -700,29 +897,70 @@ static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
 	unsigned gen = j->gen;
 	int err = 0;
 
+	bool advise = c != ADVISE_STEP && !j->advised, behind = !j->collapsing;
+
 	j->inflight++;
 	j->collapse_busy = true;
 	pthread_mutex_unlock(&pop_lock);
+	char *at = j->addr + (c == ADVISE_STEP ? 0 : c * j->chunk);
 	if (c == ADVISE_STEP)
 		err = prim_advise(j->addr, j->len, MADV_HUGEPAGE) < 0 ? errno : 0;
+	else if (advise && prim_advise(at, j->chunk, MADV_HUGEPAGE) < 0)
+		err = errno;
 	else if (!(err = follow(j, gen, last_gen)))
-		err = prim_advise(j->addr + c * j->chunk, j->chunk, MADV_COLLAPSE) < 0 ? errno : 0;
+		err = prim_advise(at, j->chunk, MADV_COLLAPSE) < 0 ? errno : 0;
 	if (c != ADVISE_STEP && err == 0)
 		stat_add(HP_STAT_POPULATE_COLLAPSED_BYTES, j->chunk);
 	pthread_mutex_lock(&pop_lock);
 	j->collapse_busy = false;
+	if (behind && c != ADVISE_STEP && err) {
+		j->behind_failed = true; /* the rest after the program is done, if at all */
+		if (j->cnext > c)
+			j->cnext = c;
+	}
 	if (c == ADVISE_STEP) {
 		j->advised = true;
 		if (err) /* the block stays on 4 KiB pages (a VMA count limit) */
 			j->cend = 0;
-	} else if (err == EINVAL && c == 0) {
-		/* chunk 0 is the program's, resident: no MADV_COLLAPSE here */
+	} else if (err == EINVAL && c == j->small_from) {
+		/* the first chunk on 4 KiB pages, the program's, resident and
+		 * advised: no MADV_COLLAPSE here */
 		atomic_store(&no_collapse, true);
 		j->cend = 0;
 	} else if (err == ENOMEM || err == EBUSY) {
 		j->cend = 0; /* no huge page, or no room under the cgroup's limit */
 	}
 	unpin(j);
+}
+
+/* pop_lock held on entry and exit, not in between, the job pinned: the
+ * program has started on a block to be faulted at 4 KiB first -- its first
+ * faults (huge pages) gave the block's VMA its anon_vma, so the advice now
+ * splits it into parts that merge again once the advice is given back.  A
+ * split before any fault would not (each part its own anon_vma at its first
+ * fault): the block would stay two VMAs for good, its chunk there never
+ * collapsed -- as NumPy's own madvise, which starts a page into the block,
+ * did to a block advised at its mapping.  From the first chunk it has not
+ * been seen to reach; refused (a VMA count limit), the block stays on huge
+ * pages. */
+static void small_from_here(struct job *j)
+{
+	size_t from = reached(j);
+	j->nh_pending = false;
+	if (from >= j->n)
+		return;
+	pthread_mutex_unlock(&pop_lock);
+	int rc = prim_advise(j->addr + from * j->chunk, j->len - from * j->chunk, MADV_NOHUGEPAGE);
+	if (rc < 0)
+		hp_log(1, "populate: no 4 KiB first for %p: %s", (void *)j->addr, strerror(errno));
+	pthread_mutex_lock(&pop_lock);
+	if (rc < 0 || j->dead)
+		return; /* forgotten meanwhile: populate_forget gave the advice back */
+	j->small_from = j->cnext = from;
+	j->small_end = j->len;
+	j->advised = false;
+	if (j->phase == FIXED)
+		stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
 }
 
 static void do_look(struct job *j)
@@ -739,6 +977,8 @@ static void do_look(struct job *j)
 	j->checking = false;
 	if (!j->dead && !j->collapsing)
 		apply(j, &s, now_us());
+	if (j->nh_pending && !j->watching && !j->dead && !j->collapsing)
+		small_from_here(j);
 	unpin(j);
 	pthread_cond_broadcast(&work_cond); /* the other workers: new chunks maybe */
 }
@@ -756,13 +996,28 @@ static void *worker_main(void *arg)
 		size_t c = 0;
 		uint64_t wait_us = 0;
 		refresh_free();
+		if (index < wanted_threads() && atomic_load_explicit(&njobs, memory_order_relaxed) &&
+		    !forking && probe_due()) {
+			uint64_t t0 = clock_us(CLOCK_THREAD_CPUTIME_ID);
+			probing = true;
+			pthread_mutex_unlock(&pop_lock);
+			probe();
+			stat_add(HP_STAT_POPULATE_CPU_US, clock_us(CLOCK_THREAD_CPUTIME_ID) - t0);
+			pthread_mutex_lock(&pop_lock);
+			probing = false;
+			pthread_cond_broadcast(&idle_cond);
+			continue;
+		}
 		int what = index < wanted_threads() ? pick(&j, &c, &wait_us) : NOTHING;
+		uint64_t t0 = what != NOTHING ? clock_us(CLOCK_THREAD_CPUTIME_ID) : 0;
 		if (what == FAULT)
 			do_fault(j, c, &last_gen);
 		else if (what == COLLAPSE)
 			do_collapse(j, c, &last_gen);
 		else if (what == LOOK)
 			do_look(j);
+		if (what != NOTHING)
+			stat_add(HP_STAT_POPULATE_CPU_US, clock_us(CLOCK_THREAD_CPUTIME_ID) - t0);
 		else if (wait_us)
 			timed_wait(wait_us);
 		else
@@ -804,8 +1059,9 @@ static bool workers_up(int want)
 
 /* ---- the heap's calls ------------------------------------------------------------ */
 
-/* A fresh THP block's pages until the workers collapse them: 4 KiB
- * (true) where populate_pages says so, and a kernel collapses. */
+/* pop_lock held: how a fresh block starts (its phase), and whether it may
+ * ever be on 4 KiB pages (true: its job collapses them) -- where
+ * populate_pages says so, for a THP block, and a kernel that collapses. */
 static bool small_first(const struct hp_map *m, int *phase)
 {
 	int pages = (int)hp_knob(KNOB_POPULATE_PAGES);
@@ -815,6 +1071,8 @@ static bool small_first(const struct hp_map *m, int *phase)
 		return false;
 	if (pages == POP_PAGES_AUTO)
 		*phase = SAMPLING;
+	else if (pages == POP_PAGES_MEASURED)
+		*phase = measured_start(fig_ns);
 	return true;
 }
 
@@ -823,7 +1081,6 @@ void populate_watch(const struct hp_map *m)
 	HP_ERRNO_SAVE; /* mincore, pthread_create, clock_gettime, madvise */
 	int want = wanted_threads(), phase;
 	size_t chunk = m->kernel_page_size > HP_THP_SIZE ? m->kernel_page_size : HP_THP_SIZE;
-	bool made = false;
 
 	if (!want || m->len < POP_MIN_BLOCK || m->len / chunk < 2 * GROUP ||
 	    atomic_load_explicit(&unsupported, memory_order_relaxed) || bound_holds_now())
@@ -843,26 +1100,17 @@ void populate_watch(const struct hp_map *m)
 		uint64_t now = now_us();
 		if (++job_gen == 0) /* 0 is a worker's "no job yet" */
 			job_gen = 1;
-		bool small = small_first(m, &phase);
+		bool small = small_first(m, &phase), four_k = small && phase != HUGE;
 		*j = (struct job){.used = true, .watching = true, .addr = m->addr, .len = m->len,
 				  .chunk = chunk, .n = m->len / chunk, .progress_ms = now / 1000,
 				  .check_at_us = now + POLL_MIN_US, .poll_us = POLL_MIN_US,
-				  .gen = job_gen, .origin = origin,
-				  .small = small, .small_end = small ? m->len : 0,
-				  .advised = !small, .phase = phase};
+				  .gen = job_gen, .origin = origin, .thp = m->backend == HP_BACKEND_THP,
+				  .small = small, .nh_pending = four_k, .small_from = m->len / chunk,
+				  .advised = true, .phase = phase};
 		atomic_fetch_add_explicit(&njobs, 1, memory_order_relaxed);
 		pthread_cond_broadcast(&work_cond);
-		made = small;
-		if (small && phase == FIXED)
-			stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
 	}
 	pthread_mutex_unlock(&pop_lock);
-	/* Before the program has the block: its first touch at 4 KiB.  Nothing
-	 * is faulted yet, and the job's worker gives the advice back (or
-	 * populate_forget does).  Failing (a VMA count limit), the block stays
-	 * on huge pages: its collapse steps find them so. */
-	if (made && prim_advise(m->addr, m->len, MADV_NOHUGEPAGE) < 0)
-		hp_log(1, "populate: no 4 KiB first for %p: %s", m->addr, strerror(errno));
 	HP_ERRNO_RESTORE;
 }
 
@@ -889,7 +1137,7 @@ void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
 		/* may still be on 4 KiB pages: what no collapse step has reached
 		 * (one in flight ends before this returns; the slot may then
 		 * serve another block: read now) */
-		from = j->collapsing ? j->cnext * j->chunk : 0;
+		from = (j->cnext > j->small_from ? j->cnext : j->small_from) * j->chunk;
 		to = j->small ? j->small_end : 0;
 		unsigned gen = j->gen;
 		j->dead = true;
@@ -911,9 +1159,12 @@ void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
 	HP_ERRNO_RESTORE;
 }
 
-/* pop_lock held: any worker inside a job (a look or a fault-in)? */
+/* pop_lock held: any worker inside a job (a look or a fault-in) or a
+ * probe (whose mapping a child would inherit)? */
 static bool workers_inside(void)
 {
+	if (probing)
+		return true;
 	for (int i = 0; i < MAX_JOBS; i++)
 		if (jobs[i].used && jobs[i].inflight)
 			return true;
@@ -953,6 +1204,8 @@ void populate_fork(int phase)
 	memset(jobs, 0, sizeof(jobs));
 	mem_free = SIZE_MAX;
 	mem_read_ms = 0;
+	cpus_busy = false;
+	probing = false;
 	atomic_store(&njobs, 0);
 	started = 0;
 	create_failed = false;

@@ -61,6 +61,11 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_POPULATE_SMALL_FIRST] = "populate_small_first",
 	[HP_STAT_POPULATE_COLLAPSED_BYTES] = "populate_collapsed_bytes",
 	[HP_STAT_POPULATE_SMALL_DROPPED_BYTES] = "populate_small_dropped_bytes",
+	[HP_STAT_POPULATE_CPU_US] = "populate_cpu_us",
+	[HP_STAT_POPULATE_BUSY] = "populate_busy",
+	[HP_STAT_POPULATE_2M_US] = "populate_2m_us",
+	[HP_STAT_POPULATE_4K_US] = "populate_4k_us",
+	[HP_STAT_POPULATE_START] = "populate_start",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -34,6 +34,16 @@ static void note_one_node(void)
 	}
 }
 
+/* THP blocks, on huge pages from their first fault: a block faulted at
+ * 4 KiB first has its VMA split where its worker sampled or collapsed
+ * until it settles, and one numa_maps entry per block is what these cases
+ * read (the workers' faults under a placement: populate.c). */
+static void thp_knobs(void)
+{
+	harness_knob("mode", "thp");
+	harness_knob("populate_pages", "2M");
+}
+
 /* The numa_maps entry of a block, after touching all of it. */
 static struct nu_entry touched_entry(void *p, size_t len)
 {
@@ -173,7 +183,7 @@ static void test_policies_in_numa_maps(void **state)
 	uint64_t all = all_nodes();
 	int first = nodes[0];
 
-	harness_knob("mode", "thp");
+	thp_knobs();
 	harness_knob("cache_max", "0");
 	note_one_node();
 	kernels_word(kernel, sizeof(kernel));
@@ -208,7 +218,7 @@ static void test_pages_across_nodes(void **state)
 		harness_skip("one NUMA node: page placement across nodes cannot be checked here "
 			     "(policies are, in policies_in_numa_maps)");
 	int a = nodes[0], b = nodes[1];
-	harness_knob("mode", "thp");
+	thp_knobs();
 	harness_knob("cache_max", "0");
 	snprintf(value, sizeof(value), "bind:%d", b);
 	struct nu_entry e = check_policy(value, value, (uint64_t)1 << b);
@@ -231,7 +241,7 @@ static void test_default_is_kernels(void **state)
 	unsigned long mask = 1UL << nodes[0];
 	char want[64];
 
-	harness_knob("mode", "thp");
+	thp_knobs();
 	harness_knob("cache_max", "0");
 	assert_int_equal(syscall(SYS_set_mempolicy, MPOL_PREFERRED_, &mask, 8 * sizeof(mask) + 1), 0);
 	snprintf(want, sizeof(want), "prefer:%d", nodes[0]);
@@ -252,7 +262,7 @@ static void test_shared_not_placed(void **state)
 	struct hp_backing_numa b;
 	int fd;
 
-	harness_knob("mode", "thp");
+	thp_knobs();
 	snprintf(word, sizeof(word), "bind:%d", nodes[0]);
 	harness_knob("numa", word);
 	kernels_word(kernel, sizeof(kernel));
@@ -291,7 +301,7 @@ static void test_cache_never_crosses(void **state)
 	snprintf(bind, sizeof(bind), "bind:%d", nodes[0]);
 	snprintf(inter, sizeof(inter), "interleave:%d", nodes[0]);
 
-	harness_knob("mode", "thp");
+	thp_knobs();
 	harness_knob("cache_max", "1G");
 	harness_knob("cache_decay_ms", "3600000");
 	harness_knob("numa", bind);
@@ -337,7 +347,7 @@ static void test_ctx_numa(void **state)
 	assert_null(hp_ctx_numa(NULL, NULL));
 
 	/* the context's policy, whatever the knob says */
-	harness_knob("mode", "thp");
+	thp_knobs();
 	harness_knob("cache_max", "0");
 	harness_knob("numa", "local");
 	errno = 12345;

@@ -29,6 +29,9 @@ static void knobs(const char *populate)
 	harness_knob("mode", "thp");
 	harness_knob("threshold", "1M");
 	harness_knob("populate", populate);
+	/* the workers ahead on huge pages; 4 KiB first is populate_pages.c's and
+	 * populate_choice.c's */
+	harness_knob("populate_pages", "2M");
 }
 
 static struct harness_smaps smaps_of(const void *p, size_t len)

@@ -4,9 +4,11 @@
  * fresh block may be faulted at 4 KiB first and its populate worker
  * collapses it to 2 MiB pages once the program is done with it.  What the
  * kernel says (smaps) judges:
- *   - populate_pages=4K: the program's first touch is on 4 KiB pages (no
- *     AnonHugePages), and within 30 s of its last write the block is on
- *     huge pages, its data intact (the collapse copies the pages).
+ *   - populate_pages=4K: past the program's start (its first 4 MiB, the
+ *     workers' cue, on huge pages) the block is advised MADV_NOHUGEPAGE
+ *     and the program's first touch is on 4 KiB pages (no AnonHugePages),
+ *     and within 30 s of its last write the block is on huge pages, its
+ *     data intact (the collapse copies the pages).
  *   - The block freed while its worker collapses it (or, cached, also
  *     before, while the program fills it), 10 rounds each: with
  *     the cache off, the range mapped again afresh by the test, one page
@@ -39,6 +41,7 @@
 
 #define SIZE (64 * MiB)
 #define FIRST (4 * MiB) /* the workers' cue */
+#define NEXT (8 * MiB)  /* written once the worker has seen the start */
 
 static void knobs(const char *cache_max)
 {
@@ -59,6 +62,16 @@ static int small_first(void)
 	return 0;
 }
 
+/* Whether the mapping at p is advised MADV_NOHUGEPAGE within ms. */
+static bool refused_within(const char *p, unsigned ms)
+{
+	struct harness_smaps sm;
+	uint64_t end = harness_now_ms() + ms;
+	while (harness_smaps_range(p, 1, &sm) == 0 && !sm.thp_refused && harness_now_ms() < end)
+		harness_sleep_ms(5);
+	return harness_smaps_range(p, 1, &sm) == 0 && sm.thp_refused;
+}
+
 static int child_small_then_huge(void)
 {
 	knobs("0");
@@ -68,11 +81,17 @@ static int child_small_then_huge(void)
 	char *p = hp_malloc(SIZE);
 	if (!p)
 		return harness_expect(false, "hp_malloc failed");
+	/* the program's start, on huge pages: the worker advises the rest once
+	 * it has seen it (the block's VMA has its anon_vma then: populate.c) */
 	harness_fill_slowly(p, FIRST, 1, 0);
-	size_t first = harness_anon_huge(p, SIZE);
-	fprintf(stderr, "first %zu MiB written: AnonHugePages %zu KiB\n", (size_t)FIRST >> 20, first >> 10);
-	int bad = harness_expect(first == 0, "the program's first touch was on huge pages, not 4 KiB ones");
-	harness_fill_slowly(p + FIRST, SIZE - FIRST, 2, 1);
+	bool advised = refused_within(p + FIRST, 1000);
+	harness_fill_slowly(p + FIRST, NEXT, 2, 0);
+	size_t next = harness_anon_huge(p + FIRST, NEXT);
+	fprintf(stderr, "first %zu MiB written; the next %zu MiB (%s): AnonHugePages %zu KiB\n",
+		(size_t)FIRST >> 20, (size_t)NEXT >> 20, advised ? "nh" : "not advised", next >> 10);
+	int bad = harness_expect(advised, "the block was not advised to 4 KiB pages after the program began it");
+	bad |= harness_expect(next == 0, "the program's first touch was on huge pages, not 4 KiB ones");
+	harness_fill_slowly(p + FIRST + NEXT, SIZE - FIRST - NEXT, 3, 1);
 	uint64_t t1 = harness_now_ms();
 	bool huge = harness_huge_within(p, SIZE, 30000);
 	fprintf(stderr, "filled in %llu ms; on huge pages %llu ms later (AnonHugePages %zu MiB); "
@@ -82,7 +101,8 @@ static int child_small_then_huge(void)
 		(unsigned long long)harness_stat(HP_STAT_POPULATE_COLLAPSED_BYTES) >> 20);
 	bad |= harness_expect(huge, "the block is not on huge pages 30 s after the program wrote it");
 	bad |= harness_expect(harness_check_filled(p, FIRST, 1) == SIZE_MAX &&
-		     harness_check_filled(p + FIRST, SIZE - FIRST, 2) == SIZE_MAX,
+		     harness_check_filled(p + FIRST, NEXT, 2) == SIZE_MAX &&
+		     harness_check_filled(p + FIRST + NEXT, SIZE - FIRST - NEXT, 3) == SIZE_MAX,
 		     "the block lost data");
 	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_SMALL_FIRST) >= 1, "populate_small_first did not count it");
 	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_COLLAPSED_BYTES) > 0, "populate_collapsed_bytes is 0");
