@@ -274,6 +274,12 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
 
+/* A block entering the cache (its user's still): its protection back to
+ * read-write, and with fork_advice MADV_DONTFORK and MADV_WIPEONFORK
+ * undone (os.c says what else a program may have set, and why it stays).
+ * -1 + errno (logged) if the kernel refused: the block must not be cached. */
+HP_HIDDEN int os_reset(const struct hp_map *m, bool fork_advice);
+
 /* Bytes [off, off + len) of THP block m dropped now (MADV_DONTNEED): they
  * read as zeros and are faulted afresh at the next touch, on huge pages
  * where the block's advice allows.  off a multiple of 2 MiB (advice on part
@@ -300,6 +306,7 @@ struct hp_block {
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_offer() */
+	bool user_state;          /* what its user set could not be undone (os_reset): never cached */
 	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */

@@ -25,6 +25,9 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_KEEPONFORK
+#define MADV_KEEPONFORK 19
+#endif
 
 /* Every private huge block is followed by its guard: address space no block
  * uses, at least HP_GUARD (2 MiB) and up to the next 2 MiB boundary
@@ -243,6 +246,37 @@ size_t os_lazyfree(const struct hp_map *m)
 	if (prim_advise(m->addr, len, MADV_FREE) == 0)
 		return len;
 	hp_log(2, "MADV_FREE of %p (%zu bytes) failed: %s", m->addr, len, strerror(errno));
+	return 0;
+}
+
+/* What a block's user may have set on its range that glibc's munmap would
+ * have cleared, undone as the block enters the cache (cache.c), so that
+ * its next user -- and take, cut and join -- finds a whole read-write
+ * block with no advice of another's:
+ *   - its protection: a page the program left read-only or PROT_NONE
+ *     would fault the next user's writes (SIGSEGV; issue 45);
+ *   - with fork_advice, MADV_DONTFORK and MADV_WIPEONFORK: a child the next
+ *     user forks would find the block unmapped, or zeroed.
+ * One mprotect, two madvises for the advice: on a range already as wanted
+ * the kernel changes nothing, ~0.25 us each (cache.c says when it pays
+ * them).  Left as the program set them: mlock (an munlock would unlock a
+ * block under mlockall(MCL_FUTURE), whose program wants every page
+ * locked; nothing says which), MADV_NOHUGEPAGE (huge pages lost, nothing
+ * faults), MADV_DONTDUMP, placement (mbind), and a protection key set by
+ * pkey_mprotect (mprotect keeps the key; hpalloc allocates none).
+ * -1 + errno if one was refused (the range is no longer all mapped): the
+ * block must not be cached. */
+int os_reset(const struct hp_map *m, bool fork_advice)
+{
+	if (prim_protect(m->addr, m->len, PROT_READ | PROT_WRITE) < 0 ||
+	    (fork_advice && prim_advise(m->addr, m->len, MADV_DOFORK) < 0) ||
+	    /* a kernel without MADV_WIPEONFORK (before 4.14): EINVAL, nothing to undo */
+	    (fork_advice && m->backend == HP_BACKEND_THP &&
+	     prim_advise(m->addr, m->len, MADV_KEEPONFORK) < 0 && errno != EINVAL)) {
+		hp_log(1, "cannot undo what the program set on %p (%zu bytes): %s; released, not cached",
+		       m->addr, m->len, strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 
