@@ -240,7 +240,8 @@ static inline char *os_thp_end(const struct hp_map *m)
 /* Cut a THP mapping in two without a page moving: *m keeps its first
  * front_len bytes (a multiple of 2 MiB, so its guard is one whole huge page
  * and *back starts on a 2 MiB boundary) and the 2 MiB after them become its
- * guard; *back gets the rest, with the old guard.  To
+ * guard, their pages dropped (a guard reads as zeros); *back gets the
+ * rest, with the old guard.  To
  * the kernel they stay pieces of one mapping: os_thp_join() makes them one
  * VMA again. */
 HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back);

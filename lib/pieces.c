@@ -26,7 +26,8 @@
  * process's to cache).
  *
  * Thread and lock rules:
- *   - Cutting and joining (os_thp_split, os_thp_join: mprotects) run
+ *   - Cutting and joining (os_thp_split, os_thp_join: mprotects, and the
+ *     cut's drop of its new guard's pages) run
  *     outside hp_heap_lock, on blocks that are in neither the cache nor the
  *     registry: the calling thread's alone, as heap.c's block sourcing.
  *   - Cached pieces are taken and put back only through cache.c under
