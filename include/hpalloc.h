@@ -252,6 +252,10 @@ enum hp_stat {
 	HP_STAT_POPULATE_SMALL_DROPPED_BYTES, /* of those, freed before their collapse:
 					     bytes of the ranges the cache dropped
 					     (the 4 KiB pages in them) as they went in */
+	HP_STAT_STRANDED_RESERVATIONS, /* reservations a move the kernel refused
+				       left mapped for good (address space, no
+				       memory); bounded: past the bound nothing
+				       is moved any more */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

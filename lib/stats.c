@@ -61,6 +61,7 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_POPULATE_SMALL_FIRST] = "populate_small_first",
 	[HP_STAT_POPULATE_COLLAPSED_BYTES] = "populate_collapsed_bytes",
 	[HP_STAT_POPULATE_SMALL_DROPPED_BYTES] = "populate_small_dropped_bytes",
+	[HP_STAT_STRANDED_RESERVATIONS] = "stranded_reservations",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,
