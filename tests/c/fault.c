@@ -210,6 +210,7 @@ int madvise(void *addr, size_t len, int advice)
 static _Atomic int move_err, move_times, move_how, move_refused, move_skip;
 static unsigned char *_Atomic taken;
 static _Atomic size_t taken_len;
+static void *_Atomic refused_dest;
 
 void fault_mremap_fixed(int err, enum fault_move how, int times)
 {
@@ -221,6 +222,7 @@ void fault_mremap_fixed_after(int skip, int err, enum fault_move how, int times)
 	atomic_store(&move_skip, err ? skip : 0);
 	if (err) { /* a new staging: its own count, no mapping taken yet */
 		atomic_store(&move_refused, 0);
+		atomic_store(&refused_dest, NULL);
 		atomic_store(&taken, NULL);
 		atomic_store(&taken_len, 0);
 	}
@@ -232,6 +234,11 @@ void fault_mremap_fixed_after(int skip, int err, enum fault_move how, int times)
 int fault_mremap_refused(void)
 {
 	return atomic_load(&move_refused);
+}
+
+void *fault_move_refused_dest(void)
+{
+	return atomic_load(&refused_dest);
 }
 
 unsigned char *fault_move_taken(size_t *len)
@@ -432,6 +439,7 @@ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 			if (how == FAULT_MOVE_TAKEN)
 				take(dest, new_len);
 			atomic_fetch_add(&move_refused, 1);
+			atomic_store(&refused_dest, dest);
 			errno = atomic_load(&move_err);
 			return MAP_FAILED;
 		}

@@ -77,6 +77,8 @@ void fault_mremap_fixed(int err, enum fault_move how, int times);
 /* The same after `skip` such moves went through. */
 void fault_mremap_fixed_after(int skip, int err, enum fault_move how, int times);
 int fault_mremap_refused(void);
+/* The destination of the last move refused (NULL if none since armed). */
+void *fault_move_refused_dest(void);
 unsigned char *fault_move_taken(size_t *len);
 /* io_uring_register_ring_fd returns -err (0: real): a kernel before 5.18,
  * where hpalloc's ring keeps its plain descriptor. */
