@@ -307,7 +307,7 @@ struct hp_block {
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_offer() */
-	bool user_state;          /* what its user set could not be undone (os_reset): never cached */
+	bool clean;               /* no protection or advice of a user's (os_reset): only such are cached */
 	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */

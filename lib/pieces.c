@@ -87,6 +87,7 @@ static void cut_tail(struct hp_block *b, size_t size)
 	tail->family = b->family;
 	tail->fork_gen = b->fork_gen;
 	tail->dirty = true;
+	tail->clean = true; /* cached memory no user had since its reset (grown over: past b's old guard) */
 	stat_sub(HP_STAT_MAPPED_BYTES, whole - b->map.len - tail->map.len); /* b's guard now */
 	stat_add(HP_STAT_CACHE_CUTS, 1);
 	cache_put_unlocked(tail);
