@@ -262,6 +262,10 @@ enum hp_stat {
 	HP_STAT_POPULATE_START,     /* gauge: how populate_pages=measured starts the
 				       next fresh block: 0 not measured yet (4 KiB first,
 				       sampling), 1 huge pages, 2 4 KiB pages first */
+	HP_STAT_STRANDED_RESERVATIONS, /* reservations a move the kernel refused
+				       left mapped for good (address space, no
+				       memory); bounded: past the bound nothing
+				       is moved any more */
 	HP_STAT_COUNT
 };
 /* Room for counters added later without changing the struct's size. */

@@ -130,6 +130,7 @@ static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_n
 static void *make_live(struct hp_block *b)
 {
 	b->dirty = true;
+	b->clean = false; /* its user may protect or advise it: undone before it is cached again */
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_insert(b);
 	pthread_mutex_unlock(&hp_heap_lock);

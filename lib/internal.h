@@ -240,7 +240,8 @@ static inline char *os_thp_end(const struct hp_map *m)
 /* Cut a THP mapping in two without a page moving: *m keeps its first
  * front_len bytes (a multiple of 2 MiB, so its guard is one whole huge page
  * and *back starts on a 2 MiB boundary) and the 2 MiB after them become its
- * guard; *back gets the rest, with the old guard.  To
+ * guard, their pages dropped (a guard reads as zeros); *back gets the
+ * rest, with the old guard.  To
  * the kernel they stay pieces of one mapping: os_thp_join() makes them one
  * VMA again. */
 HP_HIDDEN int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back);
@@ -274,6 +275,12 @@ HP_HIDDEN int os_populate(const struct hp_map *m);
  * charged to a memory cgroup) or where the kernel refused. */
 HP_HIDDEN size_t os_lazyfree(const struct hp_map *m);
 
+/* A block entering the cache (its user's still): its protection back to
+ * read-write, and with fork_advice MADV_DONTFORK and MADV_WIPEONFORK
+ * undone (os.c says what else a program may have set, and why it stays).
+ * -1 + errno (logged) if the kernel refused: the block must not be cached. */
+HP_HIDDEN int os_reset(const struct hp_map *m, bool fork_advice);
+
 /* Bytes [off, off + len) of THP block m dropped now (MADV_DONTNEED): they
  * read as zeros and are faulted afresh at the next touch, on huge pages
  * where the block's advice allows.  off a multiple of 2 MiB (advice on part
@@ -300,6 +307,7 @@ struct hp_block {
 	uint64_t cached_at_ms;    /* when it entered the cache         */
 	size_t reclaimable;       /* os_lazyfree() gave these, while cached */
 	bool kept;                /* cached and not offered: cache_offer() */
+	bool clean;               /* no protection or advice of a user's (os_reset): only such are cached */
 	size_t lazy;              /* bytes offered since it was mapped (memcg_lazy_add) */
 	uint64_t kind;            /* cache_kind() of its map           */
 	uint64_t family;          /* the mapping it was cut from (THP)  */

@@ -126,11 +126,11 @@ static const struct knob_desc knobs[KNOB_COUNT] = {
 		"in a memory cgroup with a limit (a container, a systemd unit), cached THP blocks stay within " HP_STRINGIFY(MEMCG_CACHE_SHARE_PCT) "% of the headroom (limit - working set + cached; the working set: usage less inactive page cache), given back oldest first as it shrinks; off: only cache_max bounds the cache",
 		"one of: off on", "off on", "on",
 		0, 1, parse_choice, format_choice},
-	/* read: reads past the end of a block see zeros instead of a fault:
-	 * OpenBLAS's complex kernels read past matrices, harmlessly under glibc
-	 * (os.c). */
+	/* read: reads past the end of a block do not fault, and the guard
+	 * reads as zeros: OpenBLAS's complex kernels read past matrices,
+	 * harmlessly under glibc (os.c; tests/c/read_past_end). */
 	[KNOB_GUARD] = {"guard", "choice",
-		"the guard after each new huge block (at least 2 MiB): read (reads past the end see zeros, as code that reads a little past its data expects of glibc's memory; writes fault) or fault (any access past the end faults, to find overruns)",
+		"the guard after each new huge block (at least 2 MiB past its mapping): read (reads past the end do not fault, as code that reads a little past its data expects of glibc's memory: the guard reads as zeros, a reused block's bytes between the request and its mapping's end as its last user left them; writes to the guard fault) or fault (any access to the guard faults, to find overruns)",
 		"one of: read fault", "read fault", "read",
 		0, 1, parse_choice, format_choice},
 	/* measured: where a VM hands its free memory back to its host, a fresh

@@ -10,8 +10,10 @@
  * sample carries pid and comm labels.  The table below is the mapping from
  * enum hp_stat; its names are an interface (dashboards and alerts use them),
  * so a counter added to enum hp_stat needs a row here
- * (tests/python/test_prometheus.py checks every published counter against
- * its metric).
+ * (tests/cli/metrics-rows.sh checks every counter is a row of the type its
+ * name says, in plain make check; tests/python/test_prometheus.py, where
+ * prometheus_client is installed, checks every published counter against
+ * the metric written out there).
  *
  * Pure formatting: no lock, no global state, thread-safe.
  */
@@ -139,6 +141,8 @@ static const struct metric metrics[HP_STAT_COUNT] = {
 		"Of those, split as under-used (pages of zeros)" },
 	[HP_STAT_MEMCG_LIBC_BLOCKS] = { "memcg_libc_blocks_total", C, NULL, NULL, 1,
 		"Requests that did not fit under the limit, served from libc's free memory" },
+	[HP_STAT_STRANDED_RESERVATIONS] = { "stranded_reservations_total", C, NULL, NULL, 1,
+		"Reservations a move the kernel refused left mapped for good (address space, no memory)" },
 };
 #undef G
 #undef C

@@ -25,6 +25,9 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MADV_KEEPONFORK
+#define MADV_KEEPONFORK 19
+#endif
 
 /* Every private huge block is followed by its guard: address space no block
  * uses, at least HP_GUARD (2 MiB) and up to the next 2 MiB boundary
@@ -43,9 +46,10 @@
  * there, whose page table would stay and have the block, grown over its
  * guard later, fault 4 KiB pages where it should get huge ones.  And the
  * span is a multiple of 2 MiB, which the kernel aligns by itself.
- * Nothing writes it.  A fresh block's guard, read, maps the zero page and
- * holds no memory; a cut's guard keeps the cache's pages it had until a
- * join (os_thp_split); a shrink drops the pages of its new guard.  Mapped
+ * Nothing writes it, and it holds no memory: a fresh block's guard, read,
+ * maps the zero page; a cut (os_thp_split) and a shrink drop the pages of
+ * their new guard, which held a cached block's bytes; a grow's new guard
+ * is fresh address space.  So every guard reads as zeros.  Mapped
  * with the guard's protection first and the block opened after, so a guard
  * is never charged as writable memory (strict overcommit). */
 #define GUARD HP_GUARD
@@ -246,6 +250,37 @@ size_t os_lazyfree(const struct hp_map *m)
 	return 0;
 }
 
+/* What a block's user may have set on its range that glibc's munmap would
+ * have cleared, undone as the block enters the cache (cache.c), so that
+ * its next user -- and take, cut and join -- finds a whole read-write
+ * block with no advice of another's:
+ *   - its protection: a page the program left read-only or PROT_NONE
+ *     would fault the next user's writes (SIGSEGV; issue 45);
+ *   - with fork_advice, MADV_DONTFORK and MADV_WIPEONFORK: a child the next
+ *     user forks would find the block unmapped, or zeroed.
+ * One mprotect, two madvises for the advice: on a range already as wanted
+ * the kernel changes nothing, ~0.25 us each (cache.c says when it pays
+ * them).  Left as the program set them: mlock (an munlock would unlock a
+ * block under mlockall(MCL_FUTURE), whose program wants every page
+ * locked; nothing says which), MADV_NOHUGEPAGE (huge pages lost, nothing
+ * faults), MADV_DONTDUMP, placement (mbind), and a protection key set by
+ * pkey_mprotect (mprotect keeps the key; hpalloc allocates none).
+ * -1 + errno if one was refused (the range is no longer all mapped): the
+ * block must not be cached. */
+int os_reset(const struct hp_map *m, bool fork_advice)
+{
+	if (prim_protect(m->addr, m->len, PROT_READ | PROT_WRITE) < 0 ||
+	    (fork_advice && prim_advise(m->addr, m->len, MADV_DOFORK) < 0) ||
+	    /* a kernel without MADV_WIPEONFORK (before 4.14): EINVAL, nothing to undo */
+	    (fork_advice && m->backend == HP_BACKEND_THP &&
+	     prim_advise(m->addr, m->len, MADV_KEEPONFORK) < 0 && errno != EINVAL)) {
+		hp_log(1, "cannot undo what the program set on %p (%zu bytes): %s; released, not cached",
+		       m->addr, m->len, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 size_t os_drop(const struct hp_map *m, size_t off, size_t len)
 {
 	if (m->backend != HP_BACKEND_THP || !len || off % HP_THP_SIZE || off >= m->len)
@@ -266,11 +301,16 @@ int os_thp_split(struct hp_map *m, size_t front_len, struct hp_map *back)
 		errno = EINVAL;
 		return -1;
 	}
-	/* the guard is one whole huge page: none is split, and it keeps its
-	 * pages (the cache's, lazily freed already unless libc would have kept
-	 * them): no syscall to drop them, and a join reopens it as it was */
+	/* the guard is one whole huge page: protected, then its pages (the
+	 * cache's, an earlier user's bytes) dropped whole -- no huge page is
+	 * split, it reads as zeros as every guard does (read_past_end), and a
+	 * join faults it afresh on a huge page (measured: a cut ~10 us
+	 * slower, the joined block's first write there ~35 us, one fresh huge
+	 * page; its 2 MiB are free meanwhile).  A drop the kernel refuses
+	 * leaves those bytes readable there: the block is still right. */
 	if (prim_protect(guard_of(p, front_len), guard_len(front_len), guard_prot()) < 0)
 		return -1;
+	prim_advise(guard_of(p, front_len), guard_len(front_len), MADV_DONTNEED);
 	*back = *m;
 	back->addr = p + os_span(front_len);
 	back->len = m->len - os_span(front_len);

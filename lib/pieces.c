@@ -26,7 +26,8 @@
  * process's to cache).
  *
  * Thread and lock rules:
- *   - Cutting and joining (os_thp_split, os_thp_join: mprotects) run
+ *   - Cutting and joining (os_thp_split, os_thp_join: mprotects, and the
+ *     cut's drop of its new guard's pages) run
  *     outside hp_heap_lock, on blocks that are in neither the cache nor the
  *     registry: the calling thread's alone, as heap.c's block sourcing.
  *   - Cached pieces are taken and put back only through cache.c under
@@ -86,6 +87,7 @@ static void cut_tail(struct hp_block *b, size_t size)
 	tail->family = b->family;
 	tail->fork_gen = b->fork_gen;
 	tail->dirty = true;
+	tail->clean = true; /* cached memory no user had since its reset (grown over: past b's old guard) */
 	stat_sub(HP_STAT_MAPPED_BYTES, whole - b->map.len - tail->map.len); /* b's guard now */
 	stat_add(HP_STAT_CACHE_CUTS, 1);
 	cache_put_unlocked(tail);

@@ -19,7 +19,8 @@
  *
  * Rules:
  *   - no policy: which page size, backend, fallback or placement a block
- *     gets is decided by the caller; these carry it out;
+ *     gets is decided by the caller; these carry it out (one bound is
+ *     this file's: the reservations refused moves leave, prim_move_into);
  *   - no lock is taken and no memory allocated (directories are read with
  *     getdents64 into the stack, not opendir; a /proc line longer than the
  *     stack's buffer gets a private mapping, not malloc): callers run
@@ -116,21 +117,51 @@ static bool claim(char *addr, size_t len)
 	return p == addr;
 }
 
+/* The kernel clears a move's destination before some of its failures (the
+ * map count, memory; any failure to move hugetlb pages before 5.16) and
+ * not before others: only a range nobody took since is ours to give back.
+ * One still reserved cannot be told from a mapping another thread made in
+ * a destination the kernel did clear, so it stays for good -- address
+ * space only (PROT_NONE, MAP_NORESERVE: uncharged), but one mapping of the
+ * map count (vm.max_map_count) each, and a kernel that refuses one move
+ * (near that count) refuses the next.  So they are counted (the stat
+ * stranded_reservations) and bounded, the one bound of this file's own:
+ * after HP_STRANDED_MAX of them nothing is moved any more -- prim_move_into
+ * refuses at once, ENOMEM, giving the reservation back (certainly ours:
+ * the kernel never saw it), place() places by hint, os.c's grow copies
+ * and its refault leaves the extent as it is.  Sixteen: far above what a
+ * kernel refusing now and then leaves, far below the map count.
+ * (tests/c/move_refused_bound.) */
+static _Atomic unsigned stranded;
+
+static bool may_move(void)
+{
+	return atomic_load_explicit(&stranded, memory_order_relaxed) < HP_STRANDED_MAX;
+}
+
+static void strand(void)
+{
+	atomic_fetch_add_explicit(&stranded, 1, memory_order_relaxed);
+	stat_add(HP_STAT_STRANDED_RESERVATIONS, 1);
+}
+
 void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span)
 {
+	char *d = dest;
+	if (!may_move()) {
+		munmap(d, span);
+		errno = ENOMEM;
+		return NULL;
+	}
 	void *p = mremap(addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
 	if (p != MAP_FAILED)
 		return p;
 	int err = errno;
-	char *d = dest;
 	unmap_range(d + new_len, d + span);
-	/* The kernel clears the destination before some of its failures (the
-	 * map count, memory; any failure to move hugetlb pages before 5.16)
-	 * and not before others: only a range nobody took since is ours to
-	 * give back.  One still reserved cannot be told from another thread's
-	 * mapping and stays (address space only, uncharged). */
 	if (claim(d, new_len))
 		munmap(d, new_len);
+	else
+		strand();
 	errno = err;
 	return NULL;
 }
@@ -187,6 +218,10 @@ static char *place(char *p, size_t len, size_t align, size_t keep, int prot, int
 {
 	if (on_boundary(p, align) && (!keep || claim(p + len, keep)))
 		return p;
+	if (!may_move()) { /* past the bound of stranded reservations */
+		munmap(p, len);
+		return map_by_hint(len, align, keep, prot, flags, fd);
+	}
 	char *dest = NULL;
 	if (len <= SIZE_MAX - keep - align)
 		dest = prim_map(NULL, len + keep + align, PROT_NONE, RESERVE_FLAGS, -1);

@@ -56,7 +56,11 @@ HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags
  * start of a reservation of span bytes the caller made: what it does not
  * fill stays reserved for the caller.  NULL + errno: the mapping stays
  * where it was and the reservation is given back, all of it that is
- * certainly still ours (never a range another thread may have mapped). */
+ * certainly still ours (never a range another thread may have mapped);
+ * what is not stays for good, counted (stranded_reservations), and after
+ * HP_STRANDED_MAX of them no move is tried any more: NULL + ENOMEM at once
+ * (prim.c says why). */
+#define HP_STRANDED_MAX 16
 HP_HIDDEN void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span);
 /* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
 HP_HIDDEN int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes,

@@ -112,7 +112,8 @@ static int check_parent(const struct stat *st, int kind, const char *parent,
 			char *why, size_t wl)
 {
 	/* /tmp: anyone may make a name there, but in a sticky one nobody may
-	 * remove or rename another user's (securedir_make checks the owner) */
+	 * remove or rename another user's (securedir_open checks the owner of
+	 * the name found there; tests/cli/tmp-parent.sh stages other /tmps) */
 	if (kind == CONTROL_DIR_TMP &&
 	    (st->st_uid != 0 || ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)))) {
 		snprintf(why, wl, "%s is not root's and sticky (owner uid %u, mode %04o)",
@@ -170,18 +171,6 @@ static int open_parent(const char *path, int kind, char *why, size_t wl)
 	return fd;
 }
 
-/* In /tmp, a name anyone could have taken first: ours only (or root's, who
- * could do anything anyway). */
-static int check_tmp_owner(int fd, char *why, size_t wl)
-{
-	struct stat st;
-	if (fstat(fd, &st) == 0 && (st.st_uid == geteuid() || st.st_uid == 0))
-		return 0;
-	snprintf(why, wl, "made by another user (uid %u), not by uid %u: not used",
-		 (unsigned)st.st_uid, (unsigned)geteuid());
-	return -1;
-}
-
 int securedir_make(const char *path, int kind, char *why, size_t wl)
 {
 	const char *slash = strrchr(path, '/');
@@ -191,13 +180,10 @@ int securedir_make(const char *path, int kind, char *why, size_t wl)
 	bool made;
 
 	/* There already: its own owner and mode rules decide, whoever the
-	 * parent lets in (a replacement would not be ours or root's). */
+	 * parent lets in (a replacement would not be ours or root's; in /tmp,
+	 * a name anyone could have taken first, securedir_open's owner rule
+	 * is what refuses another user's). */
 	fd = securedir_open(AT_FDCWD, path, why, wl);
-	if (fd >= 0 && kind == CONTROL_DIR_TMP && check_tmp_owner(fd, why, wl) != 0) {
-		close(fd);
-		errno = EACCES;
-		return -1;
-	}
 	if (fd >= 0 || errno != ENOENT)
 		return fd;
 	if (kind != CONTROL_DIR_GIVEN && (at = open_parent(path, kind, why, wl)) < 0)
@@ -208,13 +194,10 @@ int securedir_make(const char *path, int kind, char *why, size_t wl)
 		snprintf(why, wl, "mkdir: %s", strerror(saved));
 		fd = -1;
 	} else {
+		/* somebody else's name got there between the two: refused by
+		 * its owner */
 		fd = securedir_open(at, name, why, wl);
 		saved = errno;
-		if (fd >= 0 && kind == CONTROL_DIR_TMP && check_tmp_owner(fd, why, wl) != 0) {
-			close(fd); /* somebody else's name got there between the two */
-			fd = -1;
-			saved = EACCES;
-		}
 		/* 0755 whatever the umask: a non-root process may follow root's
 		 * knob files (HPALLOC_CONTROL_DIR=/run/hpalloc); in /tmp, 0700:
 		 * the user's processes are nobody else's to look at */

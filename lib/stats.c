@@ -66,6 +66,7 @@ static const char *const stat_names[HP_STAT_COUNT] = {
 	[HP_STAT_POPULATE_2M_US] = "populate_2m_us",
 	[HP_STAT_POPULATE_4K_US] = "populate_4k_us",
 	[HP_STAT_POPULATE_START] = "populate_start",
+	[HP_STAT_STRANDED_RESERVATIONS] = "stranded_reservations",
 };
 _Static_assert(HP_STAT_COUNT <= HP_STAT_CAPACITY, "struct hp_stats is full");
 _Static_assert(HP_STAT_API_HUGE_BYTES + HP_ORIGIN_COUNT == HP_STAT_SHARED_LIVE_BYTES,

@@ -207,14 +207,22 @@ int madvise(void *addr, size_t len, int advice)
 	return real(addr, len, advice);
 }
 
-static _Atomic int move_err, move_times, move_how, move_refused;
+static _Atomic int move_err, move_times, move_how, move_refused, move_skip;
 static unsigned char *_Atomic taken;
 static _Atomic size_t taken_len;
+static void *_Atomic refused_dest;
 
 void fault_mremap_fixed(int err, enum fault_move how, int times)
 {
+	fault_mremap_fixed_after(0, err, how, times);
+}
+
+void fault_mremap_fixed_after(int skip, int err, enum fault_move how, int times)
+{
+	atomic_store(&move_skip, err ? skip : 0);
 	if (err) { /* a new staging: its own count, no mapping taken yet */
 		atomic_store(&move_refused, 0);
+		atomic_store(&refused_dest, NULL);
 		atomic_store(&taken, NULL);
 		atomic_store(&taken_len, 0);
 	}
@@ -226,6 +234,11 @@ void fault_mremap_fixed(int err, enum fault_move how, int times)
 int fault_mremap_refused(void)
 {
 	return atomic_load(&move_refused);
+}
+
+void *fault_move_refused_dest(void)
+{
+	return atomic_load(&refused_dest);
 }
 
 unsigned char *fault_move_taken(size_t *len)
@@ -246,7 +259,7 @@ static bool take_one(_Atomic int *times)
 
 static bool refuse_move(void)
 {
-	return atomic_load(&move_err) && take_one(&move_times);
+	return atomic_load(&move_err) && !take_one(&move_skip) && take_one(&move_times);
 }
 
 static void take(void *dest, size_t len)
@@ -276,12 +289,18 @@ void *fault_blocker(void)
 	return atomic_load(&blocker);
 }
 
-static _Atomic int reserve_times, reserve_refused;
+static _Atomic int reserve_times, reserve_refused, reserve_skip;
 
 void fault_map_reserve(int times)
 {
+	fault_map_reserve_after(0, times);
+}
+
+void fault_map_reserve_after(int skip, int times)
+{
 	if (times) /* a new staging: its own count */
 		atomic_store(&reserve_refused, 0);
+	atomic_store(&reserve_skip, times ? skip : 0);
 	atomic_store(&reserve_times, times);
 }
 
@@ -293,7 +312,8 @@ int fault_map_reserve_refused(void)
 static bool refused_reservation(int prot, int flags, int fd)
 {
 	int reserve = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-	if (prot != PROT_NONE || fd != -1 || (flags & reserve) != reserve || !take_one(&reserve_times))
+	if (prot != PROT_NONE || fd != -1 || (flags & reserve) != reserve || take_one(&reserve_skip) ||
+	    !take_one(&reserve_times))
 		return false;
 	atomic_fetch_add(&reserve_refused, 1);
 	return true;
@@ -303,6 +323,56 @@ static bool refused_reservation(int prot, int flags, int fd)
 static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+#define MAX_HINT_BLOCKERS 16
+static _Atomic int hint_times, hints_taken;
+static void *_Atomic hint_blockers[MAX_HINT_BLOCKERS];
+
+void fault_map_hint_taken(int times)
+{
+	if (times) /* a new staging: its own count */
+		atomic_store(&hints_taken, 0);
+	atomic_store(&hint_times, times);
+}
+
+int fault_map_hints_taken(void)
+{
+	return atomic_load(&hints_taken);
+}
+
+void fault_hint_blockers_unmap(void)
+{
+	for (int i = 0; i < MAX_HINT_BLOCKERS; i++) {
+		void *b = atomic_exchange(&hint_blockers[i], NULL);
+		if (b)
+			munmap(b, 4096);
+	}
+}
+
+/* A hint for a file's or hugetlb pages' mapping, its place to be taken. */
+static bool hint_to_take(void *addr, int flags, int fd)
+{
+	if (!addr || (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) ||
+	    !((flags & MAP_HUGETLB) || (fd >= 0 && (flags & MAP_SHARED))))
+		return false;
+	return take_one(&hint_times);
+}
+
+/* Another thread's page at addr (a single-threaded test: nobody else). */
+static void take_hint(void *addr)
+{
+	void *b = sys_mmap(addr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (b != addr) {
+		fprintf(stderr, "fault: could not take the hinted place %p\n", addr);
+		abort();
+	}
+	int n = atomic_fetch_add(&hints_taken, 1);
+	if (n >= MAX_HINT_BLOCKERS) {
+		fprintf(stderr, "fault: more than %d hinted places taken\n", MAX_HINT_BLOCKERS);
+		abort();
+	}
+	atomic_store(&hint_blockers[n], b);
 }
 
 static bool staged_call(void *addr, size_t len, int flags, int fd)
@@ -325,6 +395,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		errno = ENOMEM;
 		return MAP_FAILED;
 	}
+	if (hint_to_take(addr, flags, fd))
+		take_hint(addr);
 	if (!staged_call(addr, len, flags, fd))
 		return sys_mmap(addr, len, prot, flags, fd, off);
 	char *r = sys_mmap(NULL, len + 3 * two, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -367,6 +439,7 @@ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 			if (how == FAULT_MOVE_TAKEN)
 				take(dest, new_len);
 			atomic_fetch_add(&move_refused, 1);
+			atomic_store(&refused_dest, dest);
 			errno = atomic_load(&move_err);
 			return MAP_FAILED;
 		}

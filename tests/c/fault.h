@@ -56,13 +56,29 @@ enum fault_move { FAULT_MOVE_REFUSED, FAULT_MOVE_CLEARED, FAULT_MOVE_TAKEN };
  * straight to the kernel. */
 void fault_map_off_boundary(int times);
 void *fault_blocker(void);
+/* The next `times` mmap(2) calls asking for an address by hint (not
+ * MAP_FIXED) of a file (shared) or of hugetlb pages find it taken, as if
+ * another thread had mapped there first: a 4 KiB PROT_NONE page is mapped
+ * at the hint before the call goes to the kernel, which then maps
+ * elsewhere.  How many were taken since it was armed; the pages are the
+ * test's to unmap (fault_hint_blockers_unmap). */
+void fault_map_hint_taken(int times);
+int fault_map_hints_taken(void);
+void fault_hint_blockers_unmap(void);
 /* The next `times` mmap(2) calls of an inaccessible, uncharged reservation
  * (PROT_NONE, MAP_NORESERVE, anonymous) fail with ENOMEM, as an address
  * space limit refuses them; how many were refused since it was armed. */
 void fault_map_reserve(int times);
+/* The same after `skip` such calls went through (a grow that moves maps
+ * one reservation before the one a test means). */
+void fault_map_reserve_after(int skip, int times);
 int fault_map_reserve_refused(void);
 void fault_mremap_fixed(int err, enum fault_move how, int times);
+/* The same after `skip` such moves went through. */
+void fault_mremap_fixed_after(int skip, int err, enum fault_move how, int times);
 int fault_mremap_refused(void);
+/* The destination of the last move refused (NULL if none since armed). */
+void *fault_move_refused_dest(void);
 unsigned char *fault_move_taken(size_t *len);
 /* io_uring_register_ring_fd returns -err (0: real): a kernel before 5.18,
  * where hpalloc's ring keeps its plain descriptor. */

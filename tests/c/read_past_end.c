@@ -5,10 +5,12 @@
  * reads as zeros and faults on a write (hpalloc(7), the guard knob).  For
  * blocks of many sizes, fresh, cached and reused, cut, grown, moved, shrunk
  * and on hugetlb pages: every page of the 2 MiB past the requested size
- * reads without a fault, and with the pages it had before when the guard is
- * a fresh one (zeros).  A write past the end faults; guard=fault makes a
- * read fault too.  Before the guard became readable the first read past
- * the 4 KiB rounding was a SIGSEGV. */
+ * reads without a fault, and every guard reads as zeros (a reused block's
+ * own bytes past the request are its last user's).  A write past the end
+ * faults; guard=fault makes a read fault too.  Before the guard became
+ * readable the first read past the 4 KiB rounding was a SIGSEGV; before a
+ * cut dropped its guard's pages, reading past a piece showed the cached
+ * block's old bytes (issue 45). */
 #include "harness.h"
 
 #include <setjmp.h>
@@ -121,8 +123,8 @@ static void test_thp_fresh_and_cached(void **state)
 }
 
 /* A block cut from a cached one ends where its guard, a huge page of the
- * cached block's, begins; when the rest of the cached block has gone back
- * to the kernel, the guard is still there. */
+ * cached block's with its pages dropped, begins; when the rest of the
+ * cached block has gone back to the kernel, the guard is still there. */
 static void test_thp_cut_piece(void **state)
 {
 	(void)state;
@@ -137,15 +139,82 @@ static void test_thp_cut_piece(void **state)
 	assert_ptr_equal(p, big);
 	assert_int_equal(harness_stat(HP_STAT_CACHE_CUTS), cuts + 1);
 	harness_fill(p, 4 * MiB, 3);
-	assert_reads_past(p, 4 * MiB, false, "cut, the rest cached");
+	assert_reads_past(p, 4 * MiB, true, "cut, the rest cached");
 	hp_cache_flush(); /* the rest is released */
 	hp_release_drain();
 	assert_int_equal(harness_stat(HP_STAT_CACHED_BYTES), 0);
 	assert_int_equal(harness_mapped(p + 4 * MiB + GUARD, 64 * MiB - 4 * MiB - GUARD), 0);
-	assert_reads_past(p, 4 * MiB, false, "cut, the rest released");
+	assert_reads_past(p, 4 * MiB, true, "cut, the rest released");
 	assert_true(access_faults(p, 4 * MiB, false));
 	assert_filled(p, 4 * MiB, 3);
 	hp_free(p);
+}
+
+/* The guard after a block of the cache's, whatever it was cut, joined,
+ * grown or shrunk from, reads as zeros, as hpalloc(7) promises: before,
+ * a cut kept the cached pages of its new guard, and reading past a block
+ * cut from a freed 200 MiB one of 0xcd bytes showed 0xcd (issue 45).  The
+ * guard starts where the block's mapping ends (hp_usable_size): the bytes
+ * between the request and that end are the block's, a reused one's as its
+ * last user left them. */
+static void assert_guard_zeros(const unsigned char *p, const char *what)
+{
+	size_t nonzero, len = hp_usable_size(p), at = read_past(p, len, GUARD, &nonzero);
+	if (at != SIZE_MAX)
+		fail_msg("%s: reading %zu bytes past the %zu-byte mapping faulted", what, at, len);
+	if (nonzero)
+		fail_msg("%s: %zu of the bytes read in the guard after %zu bytes were not 0", what, nonzero,
+			 len);
+}
+
+/* A block freed full of 0xcd, then cut, grown over the cache, shrunk,
+ * joined and moved: every guard on the way reads as zeros. */
+static void test_thp_reused_guard_zeros(void **state)
+{
+	(void)state;
+	thp_knobs();
+	harness_knob("cache_max", "1G");
+	harness_knob("cache_decay_ms", "60000");
+	harness_knob("populate", "off");
+	unsigned char *big = hp_malloc(200 * MiB);
+	assert_non_null(big);
+	memset(big, 0xcd, 200 * MiB);
+	hp_free(big);
+	unsigned char *a = hp_malloc(20 * MiB); /* the issue's case */
+	assert_ptr_equal(a, big);
+	assert_guard_zeros(a, "cut");
+	unsigned char *d = hp_realloc(a, 21 * MiB); /* over its guard and the cached rest, cut again */
+	assert_ptr_equal(d, a);
+	assert_guard_zeros(d, "grown over the cache");
+	unsigned char *b = hp_malloc(30 * MiB + 100); /* cut from the rest: a mapping longer than asked */
+	assert_ptr_equal(b, big + 24 * MiB);
+	assert_guard_zeros(b, "cut, longer than asked");
+	unsigned char *rest = hp_malloc(142 * MiB); /* the rest, held: the pieces below must join */
+	assert_ptr_equal(rest, big + 58 * MiB);
+	unsigned char *c = hp_realloc(b, 12 * MiB + 5); /* shrunk where it is */
+	assert_ptr_equal(c, b);
+	assert_guard_zeros(c, "shrunk");
+	hp_free(d);
+	hp_free(c);
+	uint64_t joins = harness_stat(HP_STAT_CACHE_JOINS);
+	unsigned char *e = hp_malloc(34 * MiB); /* the two pieces joined */
+	assert_ptr_equal(e, big);
+	assert_int_equal(harness_stat(HP_STAT_CACHE_JOINS), joins + 1);
+	assert_guard_zeros(e, "joined");
+	/* the cut's guard dropped in between faults a huge page again once
+	 * written: the joined block is on huge pages, but for the last extent
+	 * the shrink split */
+	memset(e, 0x5a, 34 * MiB);
+	struct harness_smaps k;
+	assert_int_equal(harness_smaps_range(e, 34 * MiB, &k), 0);
+	if (k.anon_huge < 34 * MiB)
+		fail_msg("the joined block has %zu KiB of its first 34 MiB on huge pages", k.anon_huge >> 10);
+	unsigned char *f = hp_realloc(e, 150 * MiB); /* rest is in its way: moved */
+	assert_non_null(f);
+	assert_ptr_not_equal(f, e);
+	assert_guard_zeros(f, "moved");
+	hp_free(f);
+	hp_free(rest);
 }
 
 /* realloc: grown in place, moved (something mapped right after the guard),
@@ -230,6 +299,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_thp_fresh_and_cached),
 		HTEST(test_thp_cut_piece),
+		HTEST(test_thp_reused_guard_zeros),
 		HTEST(test_thp_realloc),
 		HTEST(test_guard_fault_knob),
 		HTEST(test_hugetlb),

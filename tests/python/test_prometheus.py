@@ -78,6 +78,7 @@ METRICS = {
     "thp_splits_seen": ("hpalloc_thp_splits_seen_total", {}, 1),
     "thp_underused_splits_seen": ("hpalloc_thp_underused_splits_seen_total", {}, 1),
     "memcg_libc_blocks": ("hpalloc_memcg_libc_blocks_total", {}, 1),
+    "stranded_reservations": ("hpalloc_stranded_reservations_total", {}, 1),
 }
 for _origin in ("api", "numpy", "python", "torch", "numba", "preload"):
     METRICS[_origin + "_huge_bytes"] = ("hpalloc_huge_bytes", {"origin": _origin}, 1)
