@@ -554,24 +554,46 @@ static size_t read_free(void)
  * faults it saves cost as much as they would have (a merge ran 1.18x
  * slower).  So under populate=auto a worker faults ahead only while the
  * machine's runnable tasks, itself aside (/proc/loadavg's count, read
- * with what is free), are fewer than the CPUs this process may run on;
- * else it stands back (populate_busy counts the times) and the program
- * faults its pages itself, as without workers.  Looks and collapses go on.
- * A number of workers the user set is theirs: they always work.  An
- * unreadable count is an idle machine. */
-static bool cpus_busy; /* at the last reading (pop_lock) */
+ * with what is free, averaged over the last BUSY_WEIGHT readings or so: a
+ * kernel thread runnable for a moment is no busy machine), are fewer than
+ * the CPUs this process may run on; else it stands back (populate_busy
+ * counts the times) and the program faults its pages itself, as without
+ * workers.  Looks and collapses go on.  A number of workers the user set
+ * is theirs: they always work.  An unreadable count is an idle machine. */
+#define BUSY_WEIGHT 8
+#define BUSY_STALE_MS 100 /* an average older than this starts again */
+static bool cpus_busy;        /* at the last reading (pop_lock) */
+static uint64_t others_avg;   /* runnable tasks but the reader, x 256 (pop_lock) */
 
-static bool read_busy(void)
+/* The machine's runnable tasks but the caller's thread, -1 if unknown. */
+static long read_others(void)
 {
 	char buf[128];
 	if ((int)hp_knob(KNOB_POPULATE) != HP_POPULATE_AUTO || prim_proc_read("loadavg", buf, sizeof(buf)) < 0)
-		return false;
+		return -1;
 	const char *p = buf;
 	for (int field = 0; field < 3 && p; field++) /* "0.52 0.58 0.59 3/512 12345" */
 		if ((p = strchr(p, ' ')))
 			p++;
 	long runnable = p ? strtol(p, NULL, 10) : 0;
-	return runnable - 1 >= allowed_cpus();
+	return runnable > 0 ? runnable - 1 : 0;
+}
+
+/* pop_lock held: a reading of the runnable tasks, at now, folded into the
+ * average (which starts again from it after BUSY_STALE_MS without one:
+ * readings long ago say nothing of now); whether every CPU is busy by it. */
+static bool busy_by(long others, uint64_t now)
+{
+	static uint64_t read_ms; /* the last reading that counted */
+	if (others < 0)
+		return false;
+	if (!read_ms || now - read_ms > BUSY_STALE_MS)
+		others_avg = (uint64_t)others * 256;
+	read_ms = now;
+	/* (rounded up: an average that settles at the CPUs' count from below
+	 * reaches it) */
+	others_avg = (others_avg * (BUSY_WEIGHT - 1) + (uint64_t)others * 256 + BUSY_WEIGHT - 1) / BUSY_WEIGHT;
+	return others_avg + 32 >= (uint64_t)allowed_cpus() * 256;
 }
 
 /* pop_lock held: some job is past watching (a reading can matter). */
@@ -593,9 +615,10 @@ static void refresh_free(void)
 	mem_read_ms = now;
 	pthread_mutex_unlock(&pop_lock);
 	size_t free = read_free();
-	bool busy = read_busy();
+	long others = read_others();
 	pthread_mutex_lock(&pop_lock);
 	mem_free = free;
+	bool busy = busy_by(others, now);
 	if (busy && !cpus_busy)
 		stat_add(HP_STAT_POPULATE_BUSY, 1);
 	cpus_busy = busy;
@@ -1205,6 +1228,7 @@ void populate_fork(int phase)
 	mem_free = SIZE_MAX;
 	mem_read_ms = 0;
 	cpus_busy = false;
+	others_avg = 0;
 	probing = false;
 	atomic_store(&njobs, 0);
 	started = 0;
