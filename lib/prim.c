@@ -43,6 +43,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 #ifdef HAVE_CONFIG_H
@@ -747,4 +749,16 @@ int prim_memcg_read(const char *dir, const char *file, char *buf, size_t len)
 		return -1;
 	buf[strcspn(buf, "\n")] = '\0';
 	return 0;
+}
+
+/* ---- randomness ---------------------------------------------------------------------- */
+
+int prim_random(void *buf, size_t len)
+{
+	long n = syscall(SYS_getrandom, buf, len, GRND_NONBLOCK);
+	if (n == (long)len)
+		return 0;
+	if (n >= 0)
+		errno = EAGAIN;
+	return -1;
 }

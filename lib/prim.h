@@ -103,6 +103,13 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
 
+/* ---- randomness ---------------------------------------------------------------------
+ * len bytes of the kernel's random source into buf, never blocking: the raw
+ * getrandom system call (glibc's wrapper is a cancellation point, and the
+ * janitor thread calls this too).  0, or -1 + errno where there is none to
+ * give (a kernel before 3.17, a seccomp filter, a pool not yet initialised). */
+HP_HIDDEN int prim_random(void *buf, size_t len);
+
 /* ---- /proc: what the kernel says of processes -------------------------------------
  * The readers of /proc/<rel> hpctl calls too (prim_proc_read, _lines,
  * _readlink) are in private.h. */

@@ -33,9 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -329,19 +327,18 @@ static int write_all(int fd, const char *data, size_t len)
 	return 0;
 }
 
-/* 64 bits no other process can guess: the kernel's random source (the
- * raw system call: glibc's getrandom() is a cancellation point, and this
- * runs in the janitor thread too); where it has none to give (a kernel
- * before 3.17, a seccomp filter, a pool not yet initialised), the clock,
- * pid and a counter mixed -- still unique, only guessable, and the caller
- * creates the name exclusively anyway. */
+/* 64 bits no other process can guess: the kernel's random source
+ * (prim_random); where it has none to give (a kernel before 3.17, a
+ * seccomp filter, a pool not yet initialised), the clock, pid and a counter
+ * mixed -- still unique, only guessable, and the caller creates the name
+ * exclusively anyway. */
 static uint64_t unpredictable64(void)
 {
 	static _Atomic uint64_t counter;
 	uint64_t v;
 	struct timespec ts;
 
-	if (syscall(SYS_getrandom, &v, sizeof(v), GRND_NONBLOCK) == (long)sizeof(v))
+	if (prim_random(&v, sizeof(v)) == 0)
 		return v;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	v = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

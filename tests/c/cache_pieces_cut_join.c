@@ -63,6 +63,10 @@ static void knobs(void)
 	harness_knob("threshold", "2M");
 	harness_knob("cache_max", "1G");
 	harness_knob("cache_decay_ms", "60000");
+	/* huge pages from the first fault: a block freed before its collapse (4
+	 * KiB first) goes into the cache without those pages, and the pieces'
+	 * pages are what these cases count (populate_pages: populate_choice.c) */
+	harness_knob("populate_pages", "2M");
 }
 
 /* A 64 MiB THP block, all touched (what lies past a first cut of 4 MiB and
