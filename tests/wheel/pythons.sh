@@ -40,7 +40,7 @@ fresh_user_home
 cat >"$user_home/prog.py" <<'EOF'
 import os, sys, time
 sys.path.insert(0, os.path.join(os.environ["HOME"], "testlib"))
-from hp_memory import huge_bytes, smaps
+from hp_memory import settled_huge_bytes as huge_bytes, smaps
 import numpy as np
 MiB = 1 << 20
 def hpalloc_stats():
@@ -72,7 +72,7 @@ EOF
 cat >"$user_home/preload.py" <<'EOF'
 import ctypes, os, sys
 sys.path.insert(0, os.path.join(os.environ["HOME"], "testlib"))
-from hp_memory import huge_bytes, smaps
+from hp_memory import settled_huge_bytes as huge_bytes, smaps
 n = 256 << 20
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
