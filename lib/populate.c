@@ -14,17 +14,18 @@
  * memory back to its host, every fresh 2 MiB page is a reported, cold block
  * the host backs again, while 4 KiB pages come from fragments first: a cold
  * first touch at 4 KiB was measured 2-7 times cheaper per byte.  So a
- * fresh THP block with a job may be faulted at 4 KiB first (MADV_NOHUGEPAGE;
- * the workers populate ahead at 4 KiB) and collapsed to 2 MiB pages by a
- * worker (MADV_COLLAPSE, a chunk at a time): behind the program while it
- * fills the block, more than a group behind it, each chunk given its advice
- * back first (behind_step()), and the rest once the program reached its end
- * or stopped touching it -- so a block the program keeps is on huge pages
- * soon after its last write.  A collapse charges its fresh huge page while
- * the 4 KiB ones are still charged (the memory bound below), and costs CPU
- * time (1-3 s per GiB where huge pages are cold) on a worker instead of the
- * program's first touch; faulting ahead goes first.  Where huge pages are
- * not dearer (bare metal, memory a process freed a moment ago) they need no
+ * fresh THP block with a job may be faulted at 4 KiB first (MADV_NOHUGEPAGE
+ * past the program's start; the workers populate ahead at 4 KiB) and,
+ * once the program reached its end or stopped touching it, collapsed to
+ * 2 MiB pages by a worker (MADV_COLLAPSE, a chunk at a time, after any
+ * faulting ahead and within the memory bound below: a collapse charges its
+ * fresh huge page while the 4 KiB ones are still charged).  Not behind the
+ * program while it fills the block: a collapse takes the mmap lock the
+ * program's faults need, and slowed a cold 1 GiB first touch from 0.26-0.47
+ * s to 0.53-0.65 s here, its huge pages coming later, not sooner (0.5-1.6 s
+ * after the last write, against 0.2-2.5).  The collapse costs CPU time on a
+ * worker instead of the program's first touch.  Where huge pages are not
+ * dearer (bare metal, memory a process freed a moment ago) they need no
  * collapse: measured (the default) starts a block on them where the
  * workers' own fault-ins last found them no dearer than 4 KiB ones ("what a
  * first touch costs here" below), auto samples per block, off the
@@ -178,7 +179,8 @@ struct job {
 	uint64_t small_ns, small_n; /* CPU time and number of its 4 KiB fault-ins */
 	bool collapsing; /* the program is done: chunks [cnext, cend) to collapse */
 	bool collapse_busy;
-	bool behind_failed; /* a collapse behind the program failed: wait for the end */
+	unsigned again; /* collapses retried (EAGAIN) */
+	uint64_t again_at_us; /* and not before then */
 	size_t cnext, cend; /* chunks below cnext are collapsed (or on huge pages) */
 };
 
@@ -317,6 +319,31 @@ static void probe(void)
 	for (int kind = FIG_HUGE; kind <= FIG_SMALL; kind++)
 		if (ns[kind])
 			figure(kind, ns[kind]);
+	pthread_mutex_unlock(&pop_lock);
+}
+
+/* populate_pages=measured and nothing measured yet (a process's first
+ * block): a probe now, in the allocating thread, before the block's start is
+ * chosen -- a few milliseconds once per process (warm: a fraction of one),
+ * so that its first block starts as the machine is at that moment, which
+ * is what decides (a process freed huge pages a moment ago, or the VM gave
+ * them to its host).  A probe under way in a worker (or a staged figure)
+ * serves instead. */
+static void probe_first(void)
+{
+	pthread_mutex_lock(&pop_lock);
+	bool due = !probing && !forking && (!fig_ns[FIG_HUGE] || !fig_ns[FIG_SMALL]);
+	if (due) {
+		probing = true;
+		probed_ms = hp_now_ms();
+	}
+	pthread_mutex_unlock(&pop_lock);
+	if (!due)
+		return;
+	probe();
+	pthread_mutex_lock(&pop_lock);
+	probing = false;
+	pthread_cond_broadcast(&idle_cond);
 	pthread_mutex_unlock(&pop_lock);
 }
 
@@ -649,40 +676,20 @@ static bool bound_holds_now(void)
 enum { NOTHING, FAULT, LOOK, COLLAPSE };
 #define ADVISE_STEP SIZE_MAX /* a collapse step that gives the block its advice back */
 
-/* The chunks a collapse may take while the program still fills the block:
- * those more than a group behind the last sentinel it reached, and on 4 KiB
- * pages (below small_end). */
-static size_t behind_end(const struct job *j)
-{
-	size_t end = j->pos > 1 ? (j->pos - 1) * GROUP : 0, small = j->small_end / j->chunk;
-	return end < small ? end : small;
-}
-
-/* pop_lock held: a job's next collapse while the program fills it, behind
- * it: so that a block the program keeps is on huge pages soon after its
- * last write, not a whole block's collapses after it (1-2 s per GiB where
- * fresh huge pages are cold).  Each chunk gets its advice back first (its
- * VMA joins the advised ones before it). */
-static bool behind_step(struct job *j, size_t *chunk, size_t room)
-{
-	if (!j->small || j->watching || j->collapse_busy || j->behind_failed ||
-	    j->cnext >= behind_end(j) || room < j->chunk)
-		return false;
-	*chunk = j->cnext++;
-	return true;
-}
-
 /* pop_lock held: a collapsing job's next step, if it has one now; a job
  * whose steps are over, or for which the memory bound leaves no room for
  * a collapse's fresh huge page (charged while the 4 KiB pages it copies
  * still are), ends -- khugepaged may collapse the rest, as it would
  * without workers. */
-static bool collapse_step(struct job *j, size_t *chunk, size_t room)
+static bool collapse_step(struct job *j, size_t *chunk, size_t room, uint64_t now, uint64_t *soonest)
 {
-	if (!j->collapsing)
-		return behind_step(j, chunk, room);
-	if (j->collapse_busy)
+	if (!j->collapsing || j->collapse_busy)
 		return false;
+	if (now < j->again_at_us) {
+		if (j->again_at_us < *soonest)
+			*soonest = j->again_at_us;
+		return false;
+	}
 	if (!j->advised) {
 		*chunk = ADVISE_STEP;
 		return true;
@@ -711,10 +718,10 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 		struct job *j = &jobs[i];
 		if (!j->used || j->dead)
 			continue;
-		if (j->collapsing || j->small)
+		if (j->collapsing) {
 			behind = true;
-		if (j->collapsing)
 			continue;
+		}
 		if (!hold && claim(j, chunk)) {
 			*out = j;
 			return FAULT;
@@ -731,7 +738,7 @@ static int pick(struct job **out, size_t *chunk, uint64_t *wait_us)
 	size_t room = behind ? room_left() : 0;
 	for (int i = 0; behind && i < MAX_JOBS; i++) {
 		struct job *j = &jobs[i];
-		if (j->used && !j->dead && collapse_step(j, chunk, room)) {
+		if (j->used && !j->dead && collapse_step(j, chunk, room, now, &soonest)) {
 			*out = j;
 			return COLLAPSE;
 		}
@@ -912,6 +919,14 @@ static void do_fault(struct job *j, size_t c, unsigned *last_gen)
 	unpin(j);
 }
 
+/* MADV_COLLAPSE says EAGAIN when a page of the chunk is held a moment by
+ * someone else (an unexpected reference, a page lock, a page not yet on the
+ * LRU; seen on the chunk a program wrote last): a job's chunks are tried
+ * again, this many times in all, so that one such moment does not leave a
+ * chunk on 4 KiB pages for good. */
+#define COLLAPSE_AGAIN 16
+#define AGAIN_STEP_US 10000 /* the n-th try n * 10 ms after the refusal: 1.4 s in all */
+
 /* pop_lock held on entry and exit, not in between: a collapsing job's
  * step -- the block's advice given back, or one chunk collapsed (2 MiB at
  * a time, so the program, a fork or a free waits for one at most). */
@@ -920,27 +935,17 @@ static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
 	unsigned gen = j->gen;
 	int err = 0;
 
-	bool advise = c != ADVISE_STEP && !j->advised, behind = !j->collapsing;
-
 	j->inflight++;
 	j->collapse_busy = true;
 	pthread_mutex_unlock(&pop_lock);
-	char *at = j->addr + (c == ADVISE_STEP ? 0 : c * j->chunk);
 	if (c == ADVISE_STEP)
 		err = prim_advise(j->addr, j->len, MADV_HUGEPAGE) < 0 ? errno : 0;
-	else if (advise && prim_advise(at, j->chunk, MADV_HUGEPAGE) < 0)
-		err = errno;
 	else if (!(err = follow(j, gen, last_gen)))
-		err = prim_advise(at, j->chunk, MADV_COLLAPSE) < 0 ? errno : 0;
+		err = prim_advise(j->addr + c * j->chunk, j->chunk, MADV_COLLAPSE) < 0 ? errno : 0;
 	if (c != ADVISE_STEP && err == 0)
 		stat_add(HP_STAT_POPULATE_COLLAPSED_BYTES, j->chunk);
 	pthread_mutex_lock(&pop_lock);
 	j->collapse_busy = false;
-	if (behind && c != ADVISE_STEP && err) {
-		j->behind_failed = true; /* the rest after the program is done, if at all */
-		if (j->cnext > c)
-			j->cnext = c;
-	}
 	if (c == ADVISE_STEP) {
 		j->advised = true;
 		if (err) /* the block stays on 4 KiB pages (a VMA count limit) */
@@ -952,6 +957,10 @@ static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
 		j->cend = 0;
 	} else if (err == ENOMEM || err == EBUSY) {
 		j->cend = 0; /* no huge page, or no room under the cgroup's limit */
+	} else if (err == EAGAIN && j->again < COLLAPSE_AGAIN && j->cnext > c) {
+		j->again++; /* a page held a moment by someone else: this chunk again, */
+		j->cnext = c; /* a little later each time */
+		j->again_at_us = now_us() + (uint64_t)j->again * AGAIN_STEP_US;
 	}
 	unpin(j);
 }
@@ -1112,6 +1121,8 @@ void populate_watch(const struct hp_map *m)
 		HP_ERRNO_RESTORE;
 		return; /* faulted in already (a bind on hugetlb pages: numa.c) */
 	}
+	if (m->backend == HP_BACKEND_THP && (int)hp_knob(KNOB_POPULATE_PAGES) == POP_PAGES_MEASURED)
+		probe_first();
 	struct numa_home origin;
 	numa_home_capture(m->numa, &origin);
 	pthread_mutex_lock(&pop_lock);

@@ -29,7 +29,8 @@ static _Atomic unsigned ring_entries;
 static _Atomic int ring_inits;
 static _Atomic unsigned init_pause_ms;
 static _Atomic int pthread_err, pthread_ok_left = -1;
-static _Atomic int madvise_advice = -1, madvise_err, madvise_refused;
+static _Atomic int madvise_advice = -1, madvise_err, madvise_refused, madvise_times = -1;
+static char *_Atomic madvise_lo, *_Atomic madvise_hi; /* [lo, hi): the calls refused; NULL: all */
 static _Atomic int register_err;
 
 void fault_submit(int err, int times)
@@ -184,6 +185,13 @@ int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *)
 
 void fault_madvise(int advice, int err)
 {
+	fault_madvise_times(advice, err, -1);
+}
+
+void fault_madvise_times(int advice, int err, int times)
+{
+	atomic_store(&madvise_lo, NULL);
+	atomic_store(&madvise_times, times);
 	atomic_store(&madvise_err, err);
 	atomic_store(&madvise_advice, err ? advice : -1);
 }
@@ -193,11 +201,40 @@ int fault_madvise_refused(void)
 	return atomic_load(&madvise_refused);
 }
 
+/* Whether every page of [addr, addr + len) is resident (mincore). */
+static bool all_resident(void *addr, size_t len)
+{
+	size_t pages = len / 4096;
+	unsigned char vec[4096];
+	if (pages == 0 || pages > sizeof(vec) || syscall(SYS_mincore, addr, len, vec) != 0)
+		return false;
+	for (size_t i = 0; i < pages; i++)
+		if (!(vec[i] & 1))
+			return false;
+	return true;
+}
+
+void fault_madvise_within(int advice, int err, int times, void *addr, size_t len)
+{
+	fault_madvise_times(advice, err, times);
+	atomic_store(&madvise_hi, (char *)addr + len);
+	atomic_store(&madvise_lo, (char *)addr);
+}
+
+static bool refused_here(void *addr, size_t len)
+{
+	char *lo = atomic_load(&madvise_lo), *hi = atomic_load(&madvise_hi);
+	return !lo || ((char *)addr >= lo && (char *)addr + len <= hi && all_resident(addr, len));
+}
+
 int madvise(void *addr, size_t len, int advice)
 {
 	static int (*real)(void *, size_t, int);
 
-	if (advice == atomic_load(&madvise_advice)) {
+	if (advice == atomic_load(&madvise_advice) && atomic_load(&madvise_times) != 0 &&
+	    refused_here(addr, len)) {
+		if (atomic_load(&madvise_times) > 0)
+			atomic_fetch_sub(&madvise_times, 1);
 		atomic_fetch_add(&madvise_refused, 1);
 		errno = atomic_load(&madvise_err);
 		return -1;

@@ -38,6 +38,11 @@ void fault_pthread_create_after(int ok, int err);
  * does not know the advice (EINVAL) or a memory limit (ENOMEM) refuses it;
  * how many calls were refused so far. */
 void fault_madvise(int advice, int err);
+/* The same for the next `times` such calls only (-1: all). */
+void fault_madvise_times(int advice, int err, int times);
+/* The same for calls on ranges within [addr, addr + len) whose every page
+ * is resident only (a collapse the kernel refuses as busy). */
+void fault_madvise_within(int advice, int err, int times, void *addr, size_t len);
 int fault_madvise_refused(void);
 /* mremap(2) moving to a fixed address fails with err for the next `times`
  * such calls (0 disarms), as the kernel's refusals do: FAULT_MOVE_REFUSED

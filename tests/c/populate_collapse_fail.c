@@ -7,7 +7,10 @@
  *     refusal lifted, is collapsed as ever;
  *   - EINVAL (a kernel without MADV_COLLAPSE): the same, and no block is
  *     faulted at 4 KiB first again: the next one is on huge pages from its
- *     first fault (smaps).
+ *     first fault (smaps);
+ *   - EAGAIN (a page held a moment by someone else), a few times: the
+ *     chunks refused are collapsed on a later try, the block whole on huge
+ *     pages (smaps) -- not left with a chunk at 4 KiB for good.
  * And the cache's drop of a block freed before its collapse refused
  * (MADV_DONTNEED: EINVAL on a range mlock()ed, e.g. under
  * mlockall(MCL_FUTURE)): the block is cached with its 4 KiB pages as they
@@ -56,6 +59,26 @@ static bool refused_within(int before, unsigned ms)
 	return fault_madvise_refused() > before;
 }
 
+/* Write the block whole, its start first until its worker has given the
+ * rest the 4 KiB advice (a program quicker than the worker's first look
+ * would have it on huge pages from its first faults: nothing to collapse).
+ * Checked back with check_small_first(). */
+static int fill_small_first(char *p, uint64_t seed)
+{
+	uint64_t small = harness_stat(HP_STAT_POPULATE_SMALL_FIRST);
+	harness_fill_slowly(p, FIRST, seed, 0);
+	int bad = harness_expect(harness_stat_reaches(HP_STAT_POPULATE_SMALL_FIRST, small + 1, 5000),
+				 "the block was not faulted at 4 KiB first: the test did not test");
+	harness_fill_slowly(p + FIRST, SIZE - FIRST, seed + 1, 0);
+	return bad;
+}
+
+static bool check_small_first(const char *p, uint64_t seed)
+{
+	return harness_check_filled(p, FIRST, seed) == SIZE_MAX &&
+	       harness_check_filled(p + FIRST, SIZE - FIRST, seed + 1) == SIZE_MAX;
+}
+
 /* A block written whole while MADV_COLLAPSE says err: refused at least
  * once, its data intact, freed. */
 static int refused_block(int err, uint64_t seed)
@@ -65,13 +88,13 @@ static int refused_block(int err, uint64_t seed)
 	char *p = hp_malloc(SIZE);
 	if (!p)
 		return harness_expect(false, "hp_malloc failed");
-	harness_fill_slowly(p, SIZE, seed, 0);
-	int bad = harness_expect(refused_within(before, 10000),
-			"no MADV_COLLAPSE was refused within 10 s: the test did not test");
+	int bad = fill_small_first(p, seed);
+	bad |= harness_expect(refused_within(before, 10000),
+			      "no MADV_COLLAPSE was refused within 10 s: the test did not test");
 	harness_sleep_ms(200); /* the job's end, after its refusal */
 	fprintf(stderr, "MADV_COLLAPSE refused (%s) %d times; the block's AnonHugePages %zu MiB\n",
 		strerror(err), fault_madvise_refused() - before, harness_anon_huge(p, SIZE) >> 20);
-	bad |= harness_expect(harness_check_filled(p, SIZE, seed) == SIZE_MAX, "the block lost data");
+	bad |= harness_expect(check_small_first(p, seed), "the block lost data");
 	hp_free(p);
 	bad |= harness_expect(harness_mapped(p, SIZE) == 0, "the block is still mapped after its free (cache_max=0)");
 	fault_madvise(MADV_COLLAPSE, 0);
@@ -117,6 +140,34 @@ static int child_einval(void)
 		     harness_check_filled(q + FIRST, SIZE - FIRST, 5) == SIZE_MAX, "the next block lost data");
 	fault_madvise(MADV_COLLAPSE, 0);
 	hp_free(q);
+	return bad;
+}
+
+/* EAGAIN on three chunks at the block's end: the program wrote them after
+ * its worker's 4 KiB advice (the start seen first), so they are on 4 KiB
+ * pages until collapsed. */
+static int child_eagain(void)
+{
+	if (knobs())
+		return 1;
+	char *p = hp_malloc(SIZE);
+	if (!p)
+		return harness_expect(false, "hp_malloc failed");
+	int before = fault_madvise_refused();
+	fault_madvise_within(MADV_COLLAPSE, EAGAIN, 3, p + SIZE - 3 * 2 * MiB, 3 * 2 * MiB);
+	int bad = fill_small_first(p, 11);
+	uint64_t end = harness_now_ms() + 10000; /* every chunk, not all but one */
+	while (harness_anon_huge(p, SIZE) < SIZE && harness_now_ms() < end)
+		harness_sleep_ms(50);
+	bool huge = harness_anon_huge(p, SIZE) == SIZE;
+	int refused = fault_madvise_refused() - before;
+	fprintf(stderr, "MADV_COLLAPSE refused (EAGAIN) %d times; the block's AnonHugePages %zu MiB\n",
+		refused, harness_anon_huge(p, SIZE) >> 20);
+	bad |= harness_expect(refused == 3, "MADV_COLLAPSE was not refused 3 times: the test did not test");
+	bad |= harness_expect(huge, "the chunks refused with EAGAIN stayed on 4 KiB pages");
+	bad |= harness_expect(check_small_first(p, 11), "the block lost data");
+	fault_madvise(MADV_COLLAPSE, 0);
+	hp_free(p);
 	return bad;
 }
 
@@ -170,8 +221,16 @@ static int child_drop_refused(void)
 static const struct harness_child_case children[] = {
 	{"enomem", child_enomem},
 	{"einval", child_einval},
+	{"eagain", child_eagain},
 	{"drop_refused", child_drop_refused},
 };
+
+static void test_collapse_again(void **state)
+{
+	(void)state;
+	harness_need_collapse();
+	harness_child_passes("eagain");
+}
 
 static void test_cache_drop_refused(void **state)
 {
@@ -199,6 +258,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		HTEST(test_collapse_refused_by_a_limit),
 		HTEST(test_kernel_without_collapse),
+		HTEST(test_collapse_again),
 		HTEST(test_cache_drop_refused),
 	};
 	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
