@@ -236,7 +236,8 @@ static uint64_t now_us(void)
  * worker probes: 2 MiB faulted each way in a mapping of its own, once a
  * job exists and the last probe is PROBE_EVERY_MS old (a few ms of a
  * worker's time, 4 MiB for that moment).  No figures yet (a process's
- * first block, its first probe under way): 4 KiB first, sampling, which
+ * first block): the allocating thread probes first (probe_first()); a
+ * probe under way elsewhere, the block starts at 4 KiB, sampling, which
  * measures both.  pop_lock. */
 #define FIG_WEIGHT 4
 #define PROBE_EVERY_MS 5000
