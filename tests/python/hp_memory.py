@@ -141,15 +141,32 @@ def numa_maps_entry(address, pid="self"):
 # ---- /proc/self/maps --------------------------------------------------------
 
 def mapping_range(address):
-    """(start, end) of the mapping holding address, from /proc/self/maps;
-    None if unmapped.  After a block is freed, compare ranges, not
-    presence: another mapping (a new malloc arena) may take the place."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            start, end = (int(x, 16) for x in line.split()[0].split("-"))
-            if start <= address < end:
-                return start, end
+    """(start, end) of the mapping holding address; None if unmapped.
+    After a block is freed, compare ranges, not presence: another mapping
+    (a new malloc arena) may take the place.  A block hpalloc faults at 4
+    KiB first is split in two VMAs while it is (MADV_NOHUGEPAGE on its
+    rest, "nh") and one again once collapsed: the two count as one
+    mapping (_one_block), so that the range does not change while the
+    block lives."""
+    entries = smaps()
+    for i, e in enumerate(entries):
+        if e["start"] <= address < e["end"]:
+            lo = hi = i
+            while lo > 0 and _one_block(entries[lo - 1], entries[lo]):
+                lo -= 1
+            while hi + 1 < len(entries) and _one_block(entries[hi], entries[hi + 1]):
+                hi += 1
+            return entries[lo]["start"], entries[hi]["end"]
     return None
+
+
+def _one_block(a, b):
+    """Whether adjacent smaps entries a (below) and b are one block split by
+    hpalloc's 4 KiB advice: the part the program began "hg", the rest above
+    it "nh", alike in all else.  (A thread stack is "nh" too, but its guard
+    page lies below it: never an "hg" block's upper part.)"""
+    return (a["end"] == b["start"] and a["perms"] == b["perms"] and a["path"] == b["path"] == ""
+            and a["VmFlags"] - b["VmFlags"] == {"hg"} and b["VmFlags"] - a["VmFlags"] == {"nh"})
 
 
 # ---- assertions for the adapter tests ---------------------------------------
