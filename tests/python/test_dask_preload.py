@@ -109,6 +109,19 @@ def check_preloaded_merge(client, knobs=()):
     return got
 
 
+def kill_the_worker(client):
+    """SIGKILL the cluster's one worker and wait until its nanny has
+    restarted it; the killed worker's pid."""
+    ((old, pid),) = client.run(os.getpid).items()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + TIMEOUT
+    while set(client.scheduler_info()["workers"]) in (set(), {old}):
+        assert time.monotonic() < deadline, "the worker was not restarted"
+        time.sleep(0.2)
+    client.wait_for_workers(1, timeout=TIMEOUT)
+    return pid
+
+
 def cluster(**kwargs):
     return LocalCluster(processes=True, n_workers=1, threads_per_worker=1,
                         dashboard_address=None, silence_logs=50, **kwargs)
@@ -124,13 +137,7 @@ def test_nanny_preload_on_local_cluster():
         assert not_preloading(os.environ), {k: os.environ.get(k) for k in (
             "LD_PRELOAD", "HPALLOC_THRESHOLD")}
         # a worker that dies is restarted preloaded, and still leaves nothing
-        ((old, pid),) = client.run(os.getpid).items()
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + TIMEOUT
-        while set(client.scheduler_info()["workers"]) in (set(), {old}):
-            assert time.monotonic() < deadline, "the worker was not restarted"
-            time.sleep(0.2)
-        client.wait_for_workers(1, timeout=TIMEOUT)
+        pid = kill_the_worker(client)
         assert list(client.run(os.getpid).values()) != [pid]
         assert all(client.run(is_preloaded).values())
         # put back when the nanny's instantiate returns, a moment after the
@@ -223,13 +230,7 @@ def test_nanny_spawn_leaves_this_process_environment_alone(monkeypatch):
                 "the user's change was overwritten (%r); this process's environment held %s" \
                 % (os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), sorted(watch.seen))
             # a worker killed: its restart is a spawn too (after the change)
-            ((old, pid),) = client.run(os.getpid).items()
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + TIMEOUT
-            while set(client.scheduler_info()["workers"]) in (set(), {old}):
-                assert time.monotonic() < deadline, "the worker was not restarted"
-                time.sleep(0.2)
-            client.wait_for_workers(1, timeout=TIMEOUT)
+            kill_the_worker(client)
             (again,) = client.run(worker_environ).values()
     finally:
         watch.stop.set()
