@@ -619,7 +619,8 @@ HP_HIDDEN void populate_watch(const struct hp_map *m);
 HP_HIDDEN void populate_forget(const void *addr, size_t *small_off, size_t *small_len);
 /* The first-touch figures (ns of CPU per 2 MiB faulted as a huge page, as
  * 4 KiB pages; 0: not measured) as if the workers had measured them: tests
- * stage a machine where huge pages are dear, or cheap. */
+ * stage a machine where huge pages are dear, or cheap; 0, 0: a process
+ * that has measured nothing yet (its next block probes first). */
 HP_HIDDEN void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns);
 
 /* ---- stats.c ------------------------------------------------------------------- */

@@ -274,7 +274,8 @@ void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns)
 	pthread_mutex_lock(&pop_lock);
 	fig_ns[FIG_HUGE] = huge_ns;
 	fig_ns[FIG_SMALL] = small_ns;
-	probed_ms = hp_now_ms(); /* staged, as good as measured */
+	/* staged, as good as measured; zeros: not measured, as a fresh process */
+	probed_ms = huge_ns || small_ns ? hp_now_ms() : 0;
 	figures_publish();
 	pthread_mutex_unlock(&pop_lock);
 }
@@ -329,14 +330,18 @@ static void probe(void)
  * so that its first block starts as the machine is at that moment, which
  * is what decides (a process freed huge pages a moment ago, or the VM gave
  * them to its host).  A probe under way in a worker (or a staged figure)
- * serves instead. */
+ * serves instead; one that measured nothing (its mapping or advice
+ * refused) is not tried again before PROBE_EVERY_MS: meanwhile blocks start
+ * at 4 KiB, sampling, as without figures. */
 static void probe_first(void)
 {
+	uint64_t now = hp_now_ms();
 	pthread_mutex_lock(&pop_lock);
-	bool due = !probing && !forking && (!fig_ns[FIG_HUGE] || !fig_ns[FIG_SMALL]);
+	bool due = !probing && !forking && (!fig_ns[FIG_HUGE] || !fig_ns[FIG_SMALL]) &&
+		   (!probed_ms || now - probed_ms >= PROBE_EVERY_MS);
 	if (due) {
 		probing = true;
-		probed_ms = hp_now_ms();
+		probed_ms = now;
 	}
 	pthread_mutex_unlock(&pop_lock);
 	if (!due)

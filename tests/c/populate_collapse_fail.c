@@ -16,6 +16,9 @@
  * mlockall(MCL_FUTURE)): the block is cached with its 4 KiB pages as they
  * are and reused from the cache, the data written anew intact; with the
  * refusal lifted the next block's pages are dropped as ever.
+ * And the first block's probe refused (populate_pages=measured, nothing
+ * measured yet; MADV_NOHUGEPAGE says EINVAL): the blocks are made as ever,
+ * errno untouched, and the probe is not tried again at every allocation.
  * Each case in a fresh process. */
 #include "harness.h"
 #include "fault.h"
@@ -57,6 +60,35 @@ static bool refused_within(int before, unsigned ms)
 	while (fault_madvise_refused() <= before && harness_now_ms() < end)
 		harness_sleep_ms(10);
 	return fault_madvise_refused() > before;
+}
+
+static int child_probe_refused(void)
+{
+	hp_knob_set("mode", "thp");
+	hp_knob_set("threshold", "1M");
+	hp_knob_set("cache_max", "0");
+	hp_knob_set("uring", "off");
+	hp_knob_set("populate", "1");
+	hp_knob_set("populate_pages", "measured");
+	fault_madvise(MADV_NOHUGEPAGE, EINVAL);
+	int bad = 0, before = fault_madvise_refused();
+	for (int i = 0; i < 4; i++) {
+		errno = 1234;
+		char *p = hp_malloc(SIZE);
+		bad |= harness_expect(p != NULL && errno == 1234, "hp_malloc failed or changed errno");
+		if (p) {
+			p[0] = 1;
+			hp_free(p);
+		}
+	}
+	int probes = fault_madvise_refused() - before;
+	fprintf(stderr, "4 blocks, the probe refused: %d probes; populate_start %llu\n", probes,
+		(unsigned long long)harness_stat(HP_STAT_POPULATE_START));
+	bad |= harness_expect(probes >= 1, "no probe was refused: the test did not test");
+	bad |= harness_expect(probes == 1, "a refused probe was tried again at every allocation");
+	bad |= harness_expect(harness_stat(HP_STAT_POPULATE_START) == 0, "a figure from a probe that measured nothing");
+	fault_madvise(MADV_NOHUGEPAGE, 0);
+	return bad;
 }
 
 /* Write the block whole, its start first until its worker has given the
@@ -222,6 +254,7 @@ static const struct harness_child_case children[] = {
 	{"enomem", child_enomem},
 	{"einval", child_einval},
 	{"eagain", child_eagain},
+	{"probe_refused", child_probe_refused},
 	{"drop_refused", child_drop_refused},
 };
 
@@ -230,6 +263,12 @@ static void test_collapse_again(void **state)
 	(void)state;
 	harness_need_collapse();
 	harness_child_passes("eagain");
+}
+
+static void test_first_probe_refused(void **state)
+{
+	(void)state;
+	harness_child_passes("probe_refused");
 }
 
 static void test_cache_drop_refused(void **state)
@@ -259,6 +298,7 @@ int main(int argc, char **argv)
 		HTEST(test_collapse_refused_by_a_limit),
 		HTEST(test_kernel_without_collapse),
 		HTEST(test_collapse_again),
+		HTEST(test_first_probe_refused),
 		HTEST(test_cache_drop_refused),
 	};
 	harness_child_dispatch(argc, argv, children, ARRAY_SIZE(children));
