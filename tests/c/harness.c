@@ -1,6 +1,7 @@
 /* The cmocka tests' harness proper: running a program's cases, skips and
  * required capabilities, the watchdog and fatal signals, the private
- * control directory, child cases in a fresh process, staged files; see
+ * control directory, child cases in a fresh process, staged files, a
+ * descriptor passed to another process; see
  * harness.h.  The library's knobs and counters are in harness_lib.c, what
  * the kernel says in kernel_view.c, the pools in pool.c, smaps in smaps.c,
  * block contents in pattern.c. */
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -429,6 +431,33 @@ void harness_stage_file(const char *root, const char *rel, const char *text)
 	fprintf(f, "%s\n", text);
 	assert_int_equal(fclose(f), 0);
 	assert_int_equal(rename(tmp, path), 0);
+}
+
+/* One byte carries the descriptor (SCM_RIGHTS), as multiprocessing's
+ * resource sharer sends it. */
+void harness_send_fd(int sock, int fd)
+{
+	char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {&byte, 1};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	assert_int_equal(sendmsg(sock, &m, 0), 1);
+}
+
+int harness_recv_fd(int sock)
+{
+	char byte, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {&byte, 1};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+	if (recvmsg(sock, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
+		return -1;
+	int fd;
+	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+	return fd;
 }
 
 /* ---- cases ---------------------------------------------------------------------- */

@@ -116,6 +116,13 @@ void harness_child_passes(const char *name);
  * renamed over the old), so the library may read it meanwhile. */
 void harness_stage_file(const char *root, const char *rel, const char *text);
 
+/* A descriptor over a UNIX socket to another process (SCM_RIGHTS, one
+ * byte), as multiprocessing's resource sharer passes a shared block's.
+ * A send that fails fails the test; receiving is for the forked child (no
+ * cmocka there): the descriptor, or -1. */
+void harness_send_fd(int sock, int fd);
+int harness_recv_fd(int sock);
+
 /* ---- knobs and counters: harness_lib.c ------------------------------------ */
 /* hp_knob_set that fails the test when the library refuses the value. */
 void harness_knob(const char *name, const char *value);

@@ -25,36 +25,10 @@ static void hugetlb_knobs(const char *fallback)
 	harness_knob("fallback", fallback);
 }
 
-/* fd over a UNIX socket, as multiprocessing's resource sharer does */
-static void send_fd(int sock, int fd)
-{
-	char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&byte, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	assert_int_equal(sendmsg(sock, &m, 0), 1);
-}
-
-static int recv_fd(int sock)
-{
-	char byte, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&byte, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	if (recvmsg(sock, &m, 0) != 1)
-		return -1;
-	int fd;
-	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
-	return fd;
-}
-
 /* The child maps what it received and swaps the pattern. */
 static int child_side(int sock, size_t size)
 {
-	int fd = recv_fd(sock);
+	int fd = harness_recv_fd(sock);
 	size_t got;
 	unsigned char *p = hp_shared_map(fd, &got);
 	close(fd);
@@ -95,7 +69,7 @@ static void test_hugetlb_block_by_descriptor(void **state)
 		_exit(child_side(sv[1], SIZE));
 	}
 	close(sv[1]);
-	send_fd(sv[0], fd);
+	harness_send_fd(sv[0], fd);
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));

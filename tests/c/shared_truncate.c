@@ -20,37 +20,11 @@
 
 #define SIZE (8 * MiB)
 
-/* fd over a UNIX socket, as multiprocessing's resource sharer sends it */
-static void send_fd(int sock, int fd)
-{
-	char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&byte, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	assert_int_equal(sendmsg(sock, &m, 0), 1);
-}
-
-static int recv_fd(int sock)
-{
-	char byte, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&byte, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	if (recvmsg(sock, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
-		return -1;
-	int fd;
-	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
-	return fd;
-}
-
 /* The receiver: maps what it was sent, says so, waits for the peer to have
  * tried, then reads every page. */
 static int receiver(int sock)
 {
-	int fd = recv_fd(sock);
+	int fd = harness_recv_fd(sock);
 	size_t got = 0;
 	const unsigned char *p = fd >= 0 ? hp_shared_map(fd, &got) : NULL;
 	char go;
@@ -129,7 +103,7 @@ static void peer_truncates(int backend)
 		_exit(receiver(sv[1]));
 	}
 	close(sv[1]);
-	send_fd(sv[0], fd);
+	harness_send_fd(sv[0], fd);
 	char mapped;
 	assert_int_equal(read(sv[0], &mapped, 1), 1);
 
