@@ -40,7 +40,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
-from bench_proc import raise_interrupt, run_process, signals_held  # noqa: E402
+from bench_proc import raise_interrupt, run_process  # noqa: E402
+from bench_machine import page_reporting_order  # noqa: E402
+from bench_pools import Pools  # noqa: E402
 
 MiB = 1 << 20
 POOL = 2 * MiB
@@ -48,14 +50,6 @@ POOL = 2 * MiB
 
 def say(msg):
     print("bench-first-touch: " + msg, file=sys.stderr, flush=True)
-
-
-def reporting_order():
-    try:
-        with open("/sys/module/page_reporting/parameters/page_reporting_order") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
 
 
 def unreported_free_mib(order):
@@ -72,7 +66,7 @@ class Run:
     def __init__(self, program, gap):
         self.program, self.gap = program, gap
         self.last_end = time.monotonic()
-        self.order = reporting_order()
+        self.order = page_reporting_order()
 
     def touch(self, mode, mib, prepare=None):
         """One process's first touch, started self.gap after the last ended;
@@ -93,32 +87,13 @@ class Run:
         return {"s": float(seconds), "faults": int(faults), "gap": gap, "unreported": before}
 
 
-class Pools:
-    """Pages this run added to the 2 MiB pool, taken back on exit."""
-    def __init__(self):
-        self.added = 0
-
-    def add(self, pages):
-        with signals_held():  # an interrupt midway would leave pages uncounted
-            got = hp_pools.add_pages(POOL, pages, refused_ok=True)
-            self.added += max(got, 0)
-        return got
-
-    def give_back(self):
-        with signals_held():
-            if self.added and not hp_pools.take_back(POOL, self.added):
-                say("the 2048 kB pool did not shrink back by %d pages (%s); held by: %s"
-                    % (self.added, hp_pools.pool_state(), hp_pools.holders()))
-            self.added = 0
-
-
 def hugetlb_new(run, pools, mib):
     """A pool of exactly the mapping's pages, reserved after the gap and
     given back after the process."""
     pages = mib * MiB // POOL
 
     def reserve():
-        if pools.add(pages) < pages:
+        if pools.add(POOL, pages) < pages:
             return "the kernel gave fewer than %d pages" % pages
         return None
     try:
@@ -129,7 +104,7 @@ def hugetlb_new(run, pools, mib):
 
 
 def measure(opts):
-    run, pools = Run(opts.program, opts.gap), Pools()
+    run, pools = Run(opts.program, opts.gap), Pools(say)
     rows = {}
     modes = ["4k", "thp"] + (["hugetlb-new"] if opts.pools else [])
     for rnd in range(opts.rounds):
@@ -143,7 +118,7 @@ def measure(opts):
         for mib in opts.sizes:
             pages = mib * MiB // POOL
             try:
-                if pools.add(pages) < pages:
+                if pools.add(POOL, pages) < pages:
                     rows[("hugetlb-kept", mib)] = [{"error": "the kernel gave fewer than %d "
                                                              "pages" % pages}]
                     continue
@@ -174,7 +149,7 @@ LABELS = {"4k": "4 KiB pages (MADV_NOHUGEPAGE)", "thp": "THP (MADV_HUGEPAGE)",
 def table(opts, rows):
     lines = ["| first touch of | MiB | median s | min–max s | s per GiB | minor faults "
              "| started s after the last | free in blocks < 2^%s pages, MiB |"
-             % (reporting_order() if reporting_order() is not None else "?"),
+             % (page_reporting_order() if page_reporting_order() is not None else "?"),
              "|---|---:|---:|---|---:|---:|---:|---:|"]
     for mib in opts.sizes:
         for mode in ("4k", "thp", "hugetlb-new", "hugetlb-kept"):

@@ -12,8 +12,7 @@ import tempfile
 import time
 
 from numpy_bench_cast import GiB, MiB, PYTHON, say
-import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture; on the path numpy_bench_cast set)
-from bench_proc import signals_held
+from bench_pools import Pools
 import bench_machine
 from bench_machine import PAGE_REPORTING, first_line_with, in_venv, page_reporting_order
 
@@ -34,7 +33,7 @@ class Machine:
     """Everything the run changes, undone by restore() whatever happened."""
 
     def __init__(self):
-        self.pools_added = {}   # pagesize -> pages we added
+        self.pools = Pools(say)  # the pages added to the pools
         self.given = []         # per reservation: {pagesize: (asked, got)}
         self.mount = None
         self.reporting_old = None
@@ -52,31 +51,16 @@ class Machine:
             self.reporting_old = None
             self.notes.append("free page reporting left on (%s)" % exc)
 
-    def reserve(self, pagesize, pages):
-        """Add pages to a pool; returns how many the kernel gave."""
-        if not hp_pools.pool_exists(pagesize):
-            return 0
-        with signals_held():
-            got = max(hp_pools.add_pages(pagesize, pages, refused_ok=True), 0)
-            self.pools_added[pagesize] = self.pools_added.get(pagesize, 0) + got
-        return got
-
     def reserve_plan(self, plan):
         """Reserve every pool of plan ({pagesize: pages}); {pagesize: got},
         also remembered for the report (how many pages the kernel gave)."""
-        got = {size: self.reserve(size, pages) for size, pages in plan.items()}
+        got = {size: self.pools.add(size, pages) for size, pages in plan.items()}
         self.given.append({size: (plan[size], got[size]) for size in plan})
         return got
 
     def release_pools(self):
-        """Give back exactly the pages reserve() added."""
-        with signals_held():
-            for pagesize, added in self.pools_added.items():
-                if not hp_pools.take_back(pagesize, added):
-                    say("the %d kB pool did not shrink back by %d pages (%s); hugetlb pages "
-                        "held by: %s" % (pagesize // 1024, added, hp_pools.pool_state(),
-                                         hp_pools.holders()))
-            self.pools_added = {}
+        """Give back exactly the pages reserve_plan() added."""
+        self.pools.give_back()
 
     def pools_note(self):
         """What the kernel gave over the run's reservations, per page size."""
