@@ -1,12 +1,22 @@
 """What the benches say about the machine and the Python stack they ran on
 (bench/numpy_bench.py, bench/dask_bench.py): /proc and /sys facts, and the
-versions of the modules an interpreter imports.  Reads only; no threads."""
+versions of the modules an interpreter imports, and which package brings a
+missing one.  Reads only; no threads."""
 
 import json
 import subprocess
 import sys
 
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/page_reporting_order"
+
+# module -> (pip, Debian): the package that brings a module the benches
+# import, for the line that says how to get a missing one
+PACKAGES = {"numpy": ("numpy", "python3-numpy"), "pandas": ("pandas", "python3-pandas"),
+            "scipy": ("scipy", "python3-scipy"), "sklearn": ("scikit-learn", "python3-sklearn"),
+            "numba": ("numba", "python3-numba"), "torch": ("torch", "python3-torch"),
+            "dask.array": ("'dask[array]'", "python3-dask"),
+            "dask.dataframe": ("'dask[dataframe]'", "python3-dask"),
+            "distributed": ("distributed", "python3-distributed")}
 
 
 def first_line_with(path, key):
@@ -34,6 +44,16 @@ def page_reporting_order():
 
 def in_venv():
     return sys.prefix != sys.base_prefix
+
+
+def interpreter_where(python=sys.executable):
+    """Whose Python stack a report is about: a venv's (PyPI) or the system's."""
+    return "venv %s (PyPI)" % sys.prefix if in_venv() else "%s (system)" % python
+
+
+def memory_gib():
+    """The machine's memory, GiB (MemTotal)."""
+    return int(first_line_with("/proc/meminfo", "MemTotal").split()[0]) / (1 << 20)
 
 
 def stack_versions(modules, python=sys.executable):

@@ -444,18 +444,11 @@ def run_all(args):
 
 # ---- what it needs ---------------------------------------------------------------------------
 
-# module -> (pip, Debian): the package that brings it
-PACKAGES = {"numpy": ("numpy", "python3-numpy"), "pandas": ("pandas", "python3-pandas"),
-            "dask.dataframe": ("'dask[dataframe]'", "python3-dask"),
-            "dask.array": ("'dask[array]'", "python3-dask"),
-            "distributed": ("distributed", "python3-distributed")}
-
-
 def how_to_get(module):
     if module.split(".")[0] == "hpalloc":
         return ("hpalloc's wheel: `make bench-dask` builds and installs it in its venv; by "
                 "hand, PYTHONPATH=BUILD/python/inplace LD_LIBRARY_PATH=BUILD/lib/.libs")
-    pip, deb = PACKAGES.get(module, (module, module))
+    pip, deb = bench_machine.PACKAGES.get(module, (module, module))
     if sys.prefix == "/usr":  # Debian's interpreter
         return "apt-get install %s, or `make bench-dask` (a venv with PyPI's)" % deb
     return "pip install " + pip
@@ -526,19 +519,18 @@ def header(args, found, load_before):
     reporting = ("on (page_reporting_order %d)" % order if order is not None
                  else "off (no /sys/module/page_reporting)")
     versions = bench_machine.stack_versions(STACK)
-    where = "venv %s (PyPI)" % sys.prefix if bench_machine.in_venv() else \
-        "%s (system)" % sys.executable
     return [
         "# bench-dask",
         "",
         "- machine: %s, %d cores, %.1f GiB; free page reporting %s; load %s at the start, "
         "%s at the end (shared machine: read ratios, not times)" % (
             bench_machine.first_line_with("/proc/cpuinfo", "model name"), os.cpu_count(),
-            int(bench_machine.first_line_with("/proc/meminfo", "MemTotal").split()[0]) / (1 << 20),
+            bench_machine.memory_gib(),
             reporting, load_before,
             loadavg()),
-        "- stack: %s: Python %s, %s" % (where, sys.version.split()[0], ", ".join(
-            "%s %s" % (m, versions[m]) for m in STACK if m in versions)),
+        "- stack: %s: Python %s, %s" % (
+            bench_machine.interpreter_where(), sys.version.split()[0],
+            ", ".join("%s %s" % (m, versions[m]) for m in STACK if m in versions)),
         "- hpalloc from %s" % found.get("hpalloc", "(not importable)"),
         "- LocalCluster(processes=True, n_workers=2, threads_per_worker=1) on 127.0.0.1, one "
         "process (and cluster) per run, %d runs per row, activations interleaved%s" % (

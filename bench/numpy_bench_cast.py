@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "numpy_workloads.py")
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import hp_memcg  # noqa: E402  (the one maker of memory cgroups: the pressure rows)
-from bench_machine import in_venv  # noqa: E402
+from bench_machine import PACKAGES, in_venv  # noqa: E402
 PYTHON = sys.executable
 MiB = 1 << 20
 GiB = 1 << 30
@@ -224,12 +224,10 @@ COLD_GAP_MIN = 3.0
 # Workloads with a memory bound of their own (targets), not NumPy's peak.
 OWN_BOUND = {"sparse8G"}
 APPS = {"groupby", "merge", "kmeans", "fft", "pipeline", "numba", "torch", "dask"}
-# What an application workload needs besides NumPy (module, Debian package).
-APP_NEEDS = {"groupby": ("pandas", "python3-pandas"), "merge": ("pandas", "python3-pandas"),
-             "kmeans": ("sklearn", "python3-sklearn"), "fft": ("scipy", "python3-scipy"),
-             "numba": ("numba", "python3-numba"), "torch": ("torch", "python3-torch"),
-             "dask": ("dask.array", "python3-dask")}
-PIP_NAMES = {"sklearn": "scikit-learn", "dask.array": "'dask[array]'"}
+# What an application workload needs besides NumPy (a module: the package
+# that brings it is bench_machine.PACKAGES's).
+APP_NEEDS = {"groupby": "pandas", "merge": "pandas", "kmeans": "sklearn", "fft": "scipy",
+             "numba": "numba", "torch": "torch", "dask": "dask.array"}
 
 
 # Who runs which workload: the allocation-path workload only NumPy's
@@ -296,10 +294,10 @@ def missing_libraries(workloads):
     missing = {}
     for w, *_ in workloads:
         if w in APP_NEEDS:
-            module, package = APP_NEEDS[w]
+            module = APP_NEEDS[w]
             if subprocess.run([PYTHON, "-c", "import " + module], capture_output=True).returncode:
-                how = ("pip install " + PIP_NAMES.get(module, module) if in_venv()
-                       else "apt-get install " + package)
+                pip, deb = PACKAGES[module]
+                how = "pip install " + pip if in_venv() else "apt-get install " + deb
                 missing[w] = "%s is not installed: %s" % (module, how)
     return missing
 

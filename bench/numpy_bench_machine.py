@@ -14,7 +14,7 @@ import time
 from numpy_bench_cast import GiB, MiB, PYTHON, say
 from bench_pools import Pools
 import bench_machine
-from bench_machine import PAGE_REPORTING, first_line_with, in_venv, page_reporting_order
+from bench_machine import PAGE_REPORTING, first_line_with, page_reporting_order
 
 
 # ---- machine state: pools, hugetlbfs, page reporting ---------------------------------
@@ -116,9 +116,9 @@ def stack_versions():
 
 def stack_description():
     versions = stack_versions()
-    where = "venv %s (PyPI)" % sys.prefix if in_venv() else "%s (system)" % PYTHON
-    return "%s: %s" % (where, ", ".join("%s %s" % (m, versions[m]) for m in STACK_MODULES
-                                          if m in versions) or "no NumPy")
+    return "%s: %s" % (bench_machine.interpreter_where(PYTHON),
+                       ", ".join("%s %s" % (m, versions[m]) for m in STACK_MODULES
+                                 if m in versions) or "no NumPy")
 
 
 def machine_description():
@@ -128,11 +128,10 @@ def machine_description():
                 return f.read().strip()
         except OSError:
             return "?"
-    mem_kib = int(first_line_with("/proc/meminfo", "MemTotal").split()[0])
     return {
         "cpu": first_line_with("/proc/cpuinfo", "model name"),
         "cores": os.cpu_count(),
-        "memory": "%.1f GiB" % (mem_kib / (1 << 20)),
+        "memory": "%.1f GiB" % bench_machine.memory_gib(),
         "kernel": platform.release(),
         "thp": cat("/sys/kernel/mm/transparent_hugepage/enabled"),
         "thp_defrag": cat("/sys/kernel/mm/transparent_hugepage/defrag"),
