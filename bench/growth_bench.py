@@ -23,12 +23,9 @@ import statistics
 import subprocess
 import sys
 
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
-PEERS = {
-    "tcmalloc": LIBDIR + "/libtcmalloc_minimal.so.4",
-    "jemalloc": LIBDIR + "/libjemalloc.so.2",
-    "mimalloc": LIBDIR + "/libmimalloc.so.2",
-}
+from numpy_bench_cast import all_contenders  # noqa: E402  (the peers' libraries: one list)
+
+PEERS = {c.name: c.preload for c in all_contenders() if c.name in ("tcmalloc", "jemalloc", "mimalloc")}
 HPALLOC = {
     "hpalloc (default knobs)": {},
     "hpalloc cache_max=0": {"HPALLOC_CACHE_MAX": "0"},
