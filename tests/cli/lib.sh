@@ -37,6 +37,17 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { checks=$((checks + 1)); }
 done_ok() { echo "PASS: $checks checks"; exit 0; }
 
+# pools_put_back_at_exit: every hugetlb pool (whole and per NUMA node) is
+# put back at exit, however the test exits, to what it is now.  A test that
+# resizes a pool calls it first.  tests/run-test saves and writes the values
+# (--save-pools, --restore-pools: the shell tests' one pool writer); run by
+# make check, it restores them around the test as well.
+hp_run_test=${srcdir:-$(dirname "${BASH_SOURCE[0]}")/../..}/tests/run-test
+pools_put_back_at_exit() {
+	bash "$hp_run_test" --save-pools "$tmp/pools" || fail "cannot save the hugetlb pools"
+	trap 'bash "$hp_run_test" --restore-pools "$tmp/pools"; cleanup' EXIT
+}
+
 # ---- what the machine lacks (as in tests/c/harness.h) ----------------------
 # A skip names the capability it lacks, one of tests/capabilities (hugetlb,
 # hugetlb1g, uring, thp, root, nonroot, ...; or "other", never required).

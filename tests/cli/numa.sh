@@ -128,7 +128,7 @@ nr=/sys/devices/system/node/node$node/hugepages/hugepages-2048kB/nr_hugepages
 saved=$(cat "$nr")
 whole=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 whole_saved=$(cat "$whole")
-trap 'echo "$saved" >"$nr"; cleanup' EXIT
+pools_put_back_at_exit
 want=$((saved + 3))
 expect 0 "$HPCTL" pool --node "$node" 2M=$want
 contains "$out" "node $node 2M: requested $want, kernel gave $want" "pool --node report"

@@ -11,7 +11,7 @@ nr=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 # machine, not a missing feature
 [ -w "$nr" ] || fail "root cannot write $nr"
 saved=$(cat "$nr")
-trap 'echo "$saved" >"$nr"; cleanup' EXIT
+pools_put_back_at_exit
 
 want=$((saved + 4))
 expect 0 "$HPCTL" pool 2M=$want
