@@ -1,6 +1,8 @@
 /* The C tests' one hugetlb pool fixture: reserve, read, put back; see
  * pool.h.  The only place in tests/, bench/ and the soak workload's C that
- * spells the sysfs pool paths. */
+ * spells the sysfs pool paths or writes a pool (one writer per language:
+ * the Python tests' is tests/python/hp_pools.py, the shell tests'
+ * tests/run-test). */
 #include "pool.h"
 #include "kfile.h"
 

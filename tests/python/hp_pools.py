@@ -5,10 +5,12 @@ added to a pool and taken back.  conftest.py's hugetlb_pool, the soak driver
 bench/shared_bench.py) use it; they find this directory through their own
 path.
 
-Changes are relative (add_pages / take_back): a concurrent user of the same
-pool keeps what it reserved.  The soak driver also puts a pool back to the
-value it saved (restore_nr).  tests/run-test restores every pool whatever
-happens to the process.
+The Python tests' one pool writer (pool_write_nr; the C tests' is
+tests/c/pool.c, the shell tests' tests/run-test): nothing else in tests/
+writes a pool file.  Changes are relative (add_pages / take_back): a
+concurrent user of the same pool keeps what it reserved.  The soak driver
+also puts a pool back to the value it saved (restore_nr).  tests/run-test
+restores every pool whatever happens to the process.
 
 The standard library only, like hp_memory.py, so a child script, a bench
 worker or the soak driver imports it without hpalloc, NumPy or pytest."""
