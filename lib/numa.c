@@ -1,5 +1,6 @@
 /* NUMA placement of hpalloc's own huge mappings: the numa knob's policies
- * (grammar, canonical text), the nodes this machine has (libnuma), which
+ * (grammar, canonical text), the nodes this machine has (its sysfs, read
+ * through prim.c: a staged sysfs stands in for it as for the pools), which
  * hugetlb pool pages a policy may use, and applying a policy to a fresh
  * mapping before its first touch.  Never applied to libc's memory.
  *
@@ -47,8 +48,7 @@
 #include "config.h"
 #endif
 #ifdef HAVE_LIBNUMA
-#include <numa.h>
-#include <numaif.h>
+#include <numaif.h> /* MPOL_*: the kernel's modes */
 #endif
 
 static const char *const mode_names[] = {"default", "local", "interleave", "bind", "preferred"};
@@ -77,20 +77,16 @@ static void bit_set(unsigned long *mask, int n)
 }
 #endif
 
-/* Copied once from libnuma, whose own masks its destructor frees at exit
- * while other threads may still allocate. */
+/* Read once, as libnuma finds them: the kernel takes policies (its
+ * get_mempolicy is there and allowed) and the nodes are the node<N>
+ * directories sysfs has (prim_node_ids).  A build without libnuma places
+ * nothing and knows no node. */
 static void find_nodes(void)
 {
 #ifdef HAVE_LIBNUMA
 	HP_ERRNO_SAVE;
-	if (numa_available() == 0) {
-		int max = numa_max_node();
-		for (int n = 0; n <= max && n < NODE_LIMIT; n++)
-			if (numa_bitmask_isbitset(numa_nodes_ptr, (unsigned)n)) {
-				bit_set(node_set, n);
-				numa_usable = true;
-			}
-	}
+	if (prim_thread_policy(NULL, NULL, 0) == 0 || (errno != ENOSYS && errno != EPERM))
+		numa_usable = prim_node_ids(node_set, NODE_LIMIT) > 0;
 	HP_ERRNO_RESTORE;
 #endif
 }
@@ -180,13 +176,13 @@ static int check_node(int n, char *why, size_t len)
 	return 0;
 }
 
-/* "0", "0-3", "0,2-3": comma separated nodes and ascending ranges. */
-static int parse_nodes(const char *s, uint32_t *out, char *why, size_t len)
+/* "0", "0-3", "0,2-3": comma separated numbers and ascending ranges, the
+ * kernel's list format -- the knob's nodes and sysfs's cpulist alike.
+ * Each range to take(a, b, arg, why, len), which may refuse it (-1).  0,
+ * or -1 + EINVAL with why saying what is wrong. */
+static int parse_list(const char *s, int (*take)(int a, int b, void *arg, char *why, size_t len),
+		      void *arg, char *why, size_t len)
 {
-	uint32_t mask = 0;
-
-	if (!*s)
-		return refuse(why, len, "no nodes after ':'");
 	for (;;) {
 		int a, b;
 		if (parse_node(&s, &a, why, len) < 0)
@@ -199,18 +195,37 @@ static int parse_nodes(const char *s, uint32_t *out, char *why, size_t len)
 			if (b < a)
 				return refuse(why, len, "range %d-%d is reversed", a, b);
 		}
-		for (int n = a; n <= b; n++) {
-			if (check_node(n, why, len) < 0)
-				return -1;
-			mask |= (uint32_t)1 << n;
-		}
+		if (take(a, b, arg, why, len) < 0)
+			return -1;
 		if (*s == '\0')
-			break;
+			return 0;
 		if (*s != ',')
 			return refuse(why, len, "expected ',' or '-' at '%.12s'", s);
 		if (!*++s)
 			return refuse(why, len, "no node after ','");
 	}
+}
+
+static int take_nodes(int a, int b, void *arg, char *why, size_t len)
+{
+	uint32_t *mask = arg;
+	for (int n = a; n <= b; n++) {
+		if (check_node(n, why, len) < 0)
+			return -1;
+		*mask |= (uint32_t)1 << n;
+	}
+	return 0;
+}
+
+/* The knob's nodes: a list of nodes that exist and a policy can name. */
+static int parse_nodes(const char *s, uint32_t *out, char *why, size_t len)
+{
+	uint32_t mask = 0;
+
+	if (!*s)
+		return refuse(why, len, "no nodes after ':'");
+	if (parse_list(s, take_nodes, &mask, why, len) < 0)
+		return -1;
 	*out = mask;
 	return 0;
 }
@@ -387,20 +402,26 @@ static __thread bool took_placement, took_cpus;
 static __thread cpu_set_t own_cpus;
 
 #ifdef HAVE_LIBNUMA
-/* The CPUs of node into set, from libnuma (which allocates: a worker's
- * mallocs are libc's, hp_inside). */
+static int take_cpus(int a, int b, void *arg, char *why, size_t len)
+{
+	(void)why, (void)len;
+	for (int c = a; c <= b && c < CPU_SETSIZE; c++)
+		CPU_SET(c, (cpu_set_t *)arg);
+	return 0;
+}
+
+/* The CPUs of node into set: its cpulist ("0-3,8-11"), through prim.c. */
 static int node_cpus(int node, cpu_set_t *set)
 {
-	struct bitmask *cpus = numa_allocate_cpumask();
-	int rc = cpus ? numa_node_to_cpus(node, cpus) : -1;
+	char list[4096];
+	HP_ERRNO_SAVE;
 
 	CPU_ZERO(set);
-	for (unsigned c = 0; rc == 0 && c < cpus->size && c < CPU_SETSIZE; c++)
-		if (numa_bitmask_isbitset(cpus, c))
-			CPU_SET(c, set);
-	if (cpus)
-		numa_free_cpumask(cpus);
-	return rc == 0 && CPU_COUNT(set) ? 0 : -1;
+	int rc = prim_node_read(node, "cpulist", list, sizeof(list)) == 0 &&
+			 parse_list(list, take_cpus, set, NULL, 0) == 0 && CPU_COUNT(set)
+		 ? 0 : -1;
+	HP_ERRNO_RESTORE;
+	return rc;
 }
 
 static int take_on(const struct numa_home *o)

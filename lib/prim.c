@@ -3,7 +3,9 @@
  * get/set_mempolicy, memfd_create, ftruncate, the seals), the io_uring
  * entry of the MADV_DONTNEED ring.c submits for a released block
  * (prim_prep_release: ring.c says why only the janitor touches the ring),
- * every read of the hugetlb and THP files of sysfs, every read of the
+ * every read of the hugetlb, THP and NUMA node files of sysfs (the nodes
+ * are listed here, not by libnuma, which would read /sys behind this
+ * door) and hpctl's write of a hugetlb pool's size, every read of the
  * files that say which memory cgroup the process is in and what it may use
  * (memcg.c decides what they mean), and every other read of /proc (smaps,
  * numa_maps, statm, comm, a pid's stat, our pid namespace; for hpctl its
@@ -450,14 +452,14 @@ static void sort_sizes(size_t *v, int n)
 		}
 }
 
-/* The sizes of the hugepages-<N>kB directories of dir (below the root),
- * the first max of them, ascending; -1 if dir cannot be opened. */
-static int list_sizes(const char *dir, size_t *out, int max)
+/* Each entry's name in dir (below the root) to fn: 0, or -1 if dir cannot
+ * be opened.  getdents64 into the stack: opendir would allocate.  errno as
+ * it was. */
+static int each_entry(const char *dir, void (*fn)(const char *name, void *arg), void *arg)
 {
 	char path[512], buf[4096] __attribute__((aligned(8)));
 	HP_ERRNO_SAVE;
 	ssize_t n;
-	int count = 0;
 
 	snprintf(path, sizeof(path), "%s/%s", sysfs, dir);
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -468,15 +470,36 @@ static int list_sizes(const char *dir, size_t *out, int max)
 	while ((n = getdents64(fd, buf, sizeof(buf))) > 0)
 		for (ssize_t off = 0; off < n;) {
 			struct dirent64 *e = (struct dirent64 *)(buf + off);
-			size_t size = hugepages_dir_size(e->d_name);
 			off += e->d_reclen;
-			if (size && count < max)
-				out[count++] = size;
+			fn(e->d_name, arg);
 		}
 	close(fd);
-	sort_sizes(out, count);
 	HP_ERRNO_RESTORE;
-	return count;
+	return 0;
+}
+
+struct sizes_found {
+	size_t *out;
+	int max, count;
+};
+
+static void take_size(const char *name, void *arg)
+{
+	struct sizes_found *f = arg;
+	size_t size = hugepages_dir_size(name);
+	if (size && f->count < f->max)
+		f->out[f->count++] = size;
+}
+
+/* The sizes of the hugepages-<N>kB directories of dir (below the root),
+ * the first max of them, ascending; -1 if dir cannot be opened. */
+static int list_sizes(const char *dir, size_t *out, int max)
+{
+	struct sizes_found f = {.out = out, .max = max};
+	if (each_entry(dir, take_size, &f) < 0)
+		return -1;
+	sort_sizes(out, f.count);
+	return f.count;
 }
 
 int prim_pool_sizes(size_t *out, int max)
@@ -484,7 +507,10 @@ int prim_pool_sizes(size_t *out, int max)
 	return list_sizes(HUGETLB_DIR, out, max);
 }
 
-int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len)
+/* The path of a file (nr_hugepages, free_hugepages, ...) of node's pool of
+ * pagesize, or of the whole pool with node -1.  0, or -1 if it does not
+ * fit len. */
+static int pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len)
 {
 	int n;
 	if (node < 0)
@@ -499,12 +525,34 @@ long long prim_pool_counter(int node, size_t pagesize, const char *file)
 {
 	char path[256], buf[32];
 
-	if (prim_pool_path(node, pagesize, file, path, sizeof(path)) < 0 ||
+	if (pool_path(node, pagesize, file, path, sizeof(path)) < 0 ||
 	    read_file(path, buf, sizeof(buf)) < 0)
 		return -1;
 	/* the kernel's counters are unsigned and can transiently wrap (a
 	 * reserve count of -4 reads 18446744073709551612): keep it modular */
 	return (long long)strtoull(buf, NULL, 10);
+}
+
+/* One write of the whole number: the kernel sizes the pool on it. */
+int prim_pool_write(int node, size_t pagesize, unsigned long long pages)
+{
+	char path[256], val[32];
+
+	if (pool_path(node, pagesize, "nr_hugepages", path, sizeof(path)) < 0) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int n = snprintf(val, sizeof(val), "%llu\n", pages);
+	ssize_t w = write(fd, val, (size_t)n);
+	int err = w == n ? 0 : w < 0 ? errno : EIO;
+	close(fd);
+	if (!err)
+		return 0;
+	errno = err;
+	return -1;
 }
 
 int prim_thp_read(const char *rel, char *buf, size_t len)
@@ -522,6 +570,60 @@ int prim_thp_read(const char *rel, char *buf, size_t len)
 int prim_thp_sizes(size_t *out, int max)
 {
 	return list_sizes(THP_DIR, out, max);
+}
+
+/* The node a directory named node<N> stands for (the kernel's spelling
+ * only: "node0", never "node00"), -1 for any other name. */
+static int node_dir_number(const char *name)
+{
+	int v = 0;
+	if (strncmp(name, "node", 4) != 0 || name[4] < '0' || name[4] > '9' ||
+	    (name[4] == '0' && name[5]))
+		return -1;
+	for (const char *c = name + 4; *c; c++) {
+		if (*c < '0' || *c > '9' || v > 99999)
+			return -1;
+		v = v * 10 + (*c - '0');
+	}
+	return v;
+}
+
+struct nodes_found {
+	unsigned long *mask;
+	int nbits, count;
+};
+
+static void take_node(const char *name, void *arg)
+{
+	struct nodes_found *f = arg;
+	int n = node_dir_number(name);
+	int bits = 8 * (int)sizeof(unsigned long);
+	if (n >= 0 && n < f->nbits) {
+		f->mask[n / bits] |= 1UL << (n % bits);
+		f->count++;
+	}
+}
+
+int prim_node_ids(unsigned long *mask, int nbits)
+{
+	struct nodes_found f = {.mask = mask, .nbits = nbits};
+	return each_entry(NODE_DIR, take_node, &f) < 0 ? -1 : f.count;
+}
+
+int prim_node_read(int node, const char *file, char *buf, size_t len)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/" NODE_DIR "/node%d/%s", sysfs, node, file);
+	ssize_t n = read_file(path, buf, len);
+	if (n < 0)
+		return -1;
+	char *nl = strchr(buf, '\n');
+	if (!nl && (size_t)n == len - 1) /* the line may go on: not all of it */
+		return -1;
+	if (nl)
+		*nl = '\0';
+	return 0;
 }
 
 /* ---- lines of a file -------------------------------------------------------------- */

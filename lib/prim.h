@@ -2,14 +2,17 @@
  * munmap, mprotect, mremap, madvise (and the io_uring entry of the
  * MADV_DONTNEED ring.c submits: prim_prep_release), mincore, mbind,
  * get/set_mempolicy, memfd_create, ftruncate and seal, every read of the
- * hugetlb and THP files of sysfs, of the memory cgroup's files, and of
- * /proc (smaps, numa_maps, statm, comm, a pid's stat, our pid namespace;
- * hpctl's mounts, meminfo, sysctls and own executable).  Modelled on
+ * hugetlb, THP and NUMA node files of sysfs (the nodes and their CPUs: not
+ * libnuma's), of the memory cgroup's files, and of /proc (smaps,
+ * numa_maps, statm, comm, a pid's stat, our pid namespace; hpctl's mounts,
+ * meminfo, sysctls and own executable), and hpctl's one write: a hugetlb
+ * pool's size (prim_pool_write).  Modelled on
  * mimalloc's include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c,
  * populate.c, memcg.c, smaps.c, numa_maps.c, publish.c, published.c and
  * hpctl decide and interpret, prim.c carries out and reads.
- * tests/prim-door.sh fails on a /proc or /sys path or a memory system call
- * in any other file of lib/ or tools/.  Rules (prim.c's first comment says
+ * tests/prim-door.sh fails on a /proc or /sys path, a memory system call,
+ * a libnuma call or an open of a path built here in any other file of lib/
+ * or tools/ (and of the Python extension).  Rules (prim.c's first comment says
  * why):
  *   - no policy: no page size, backend or fallback is chosen here;
  *   - no lock taken, no memory allocated by malloc (callers run inside
@@ -91,7 +94,7 @@ struct prim_memfd {
 /* 0, or -1 with *why "not a regular file" / "not a memfd". */
 HP_HIDDEN int prim_memfd_stat(int fd, struct prim_memfd *out, const char **why);
 
-/* ---- sysfs: hugetlb pools and THP settings ---------------------------------------- */
+/* ---- sysfs: hugetlb pools, THP settings, NUMA nodes -------------------------------- */
 /* Tests: read every file below root (a staged sysfs: root/kernel/mm/hugepages,
  * root/kernel/mm/transparent_hugepage, root/devices/system/node) instead of
  * /sys; NULL: /sys.  Set before the reads, never while other threads read. */
@@ -102,6 +105,13 @@ HP_HIDDEN int prim_thp_read(const char *rel, char *buf, size_t len);
 /* The multi-size THP sizes (its hugepages-<N>kB directories), ascending, at
  * most max; -1 without the THP directory. */
 HP_HIDDEN int prim_thp_sizes(size_t *out, int max);
+/* The NUMA nodes there are, as libnuma lists them: a bit set in mask (nbits
+ * bits, zeroed by the caller) for each node<N> directory of
+ * devices/system/node; how many, -1 without that directory. */
+HP_HIDDEN int prim_node_ids(unsigned long *mask, int nbits);
+/* The first line of a file of node's directory ("cpulist"), without its
+ * newline; -1 unknown (or longer than len - 1 bytes). */
+HP_HIDDEN int prim_node_read(int node, const char *file, char *buf, size_t len);
 
 /* ---- randomness ---------------------------------------------------------------------
  * len bytes of the kernel's random source into buf, never blocking: the raw

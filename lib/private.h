@@ -100,12 +100,14 @@ HP_HIDDEN bool ring_probe(char *why, size_t len);
 /* The page sizes the kernel has pools of (hugepages-<N>kB), ascending, at
  * most max; -1 unknown. */
 HP_HIDDEN int prim_pool_sizes(size_t *out, int max);
-/* The path of a file (nr_hugepages, free_hugepages, ...) of node's pool of
- * pagesize, or of the whole pool with node -1: what the library reads and
- * `hpctl pool` writes.  0, or -1 if it does not fit len. */
-HP_HIDDEN int prim_pool_path(int node, size_t pagesize, const char *file, char *buf, size_t len);
-/* That file's counter; -1 unknown. */
+/* A file's counter (nr_hugepages, free_hugepages, ...) of node's pool of
+ * pagesize, or of the whole pool with node -1; -1 unknown. */
 HP_HIDDEN long long prim_pool_counter(int node, size_t pagesize, const char *file);
+/* `hpctl pool`: pages written to the nr_hugepages of that pool (node -1:
+ * the whole pool), the file prim_pool_counter() reads.  0, or -1 with the
+ * kernel's errno, as a system call wrapper (ENOMEM: the kernel gave fewer;
+ * the counter says how many). */
+HP_HIDDEN int prim_pool_write(int node, size_t pagesize, unsigned long long pages);
 
 /* ---- prim.c: /proc, the kernel's files of processes ------------------------------
  * rel is a path below /proc, the real one ("self/statm", "<pid>/stat",
@@ -125,7 +127,7 @@ HP_HIDDEN int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg),
 HP_HIDDEN ssize_t prim_proc_readlink(const char *rel, char *buf, size_t len);
 
 /* ---- numa.c --------------------------------------------------------------------- */
-/* Node n exists on this machine (libnuma's view, taken once). */
+/* Node n exists on this machine (its sysfs directory, looked at once). */
 HP_HIDDEN bool numa_node_exists(int node);
 /* The next existing node after `after` (-1: the first), or -1. */
 HP_HIDDEN int numa_node_next(int after);

@@ -9,7 +9,6 @@
 #include "private.h" /* ring_probe, numa_node_next, prim_pool_*, prim_proc_*, thp_* */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -83,7 +82,7 @@ static void node_pools(int node, const struct pool *sizes, int n, struct node_po
 		out->pools[i] = pool_of(node, (size_t)sizes[i].kb << 10);
 }
 
-/* Every node there is (the library's list, from libnuma), at most max. */
+/* Every node there is (the library's list, from sysfs), at most max. */
 static int list_nodes(const struct pool *sizes, int n, struct node_pools *nodes, int max)
 {
 	int count = 0;
@@ -404,25 +403,22 @@ static int parse_pool_arg(const char *arg, struct pool_request *r)
 
 static int write_pool(struct pool_request *r, int node)
 {
-	char path[256], val[32];
-	int fd, n;
-	ssize_t w;
+	size_t pagesize = (size_t)r->kb << 10;
+	int rc = 0;
 
-	/* the file the library reads: the whole pool's, or node's (node >= 0) */
-	prim_pool_path(node, (size_t)r->kb << 10, "nr_hugepages", path, sizeof(path));
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0) {
-		warnx("pool: %s: %s", path, strerror(errno));
-		return -1;
+	/* the file the library reads: the whole pool's, or node's (node >= 0);
+	 * ENOMEM: a short pool, which still takes effect */
+	if (prim_pool_write(node, pagesize, r->count) < 0 && errno != ENOMEM) {
+		char size[32], where[32] = "";
+		size_name(r->kb, size, sizeof(size));
+		if (node >= 0)
+			snprintf(where, sizeof(where), " of node %d", node);
+		warnx("pool: writing the %s pool%s: %s", size, where, strerror(errno));
+		rc = -1;
 	}
-	n = snprintf(val, sizeof(val), "%llu\n", r->count);
-	w = write(fd, val, (size_t)n);
-	if (w != n && errno != ENOMEM) /* short pools still take effect */
-		warnx("pool: writing %s: %s", path, strerror(errno));
-	close(fd);
-	r->got = prim_pool_counter(node, (size_t)r->kb << 10, "nr_hugepages");
-	r->free = prim_pool_counter(node, (size_t)r->kb << 10, "free_hugepages");
-	return 0;
+	r->got = prim_pool_counter(node, pagesize, "nr_hugepages");
+	r->free = prim_pool_counter(node, pagesize, "free_hugepages");
+	return rc;
 }
 
 static void pool_report(struct hpctl *c, struct pool_request *rs, int n)
