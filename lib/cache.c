@@ -4,15 +4,16 @@
  * Buckets by mapping length (4 classes per power of two), most recently
  * freed first; one LRU list for the bounds and for decay.
  *
- * What it may keep, each rule here (the facts it needs are others'
- * measures: memcg.c the cgroup's limit and working set, smaps.c the
- * process's resident memory, small.c what libc has learnt):
- *   - cache_max, the oldest out first (cache_put, trim_to);
+ * What it may keep, each rule here, and one answer for all of them
+ * (room_now; keep_within gives back what it has no place for) -- the facts
+ * it needs are others' measures: memcg.c the cgroup's limit and working
+ * set, smaps.c the process's resident memory, small.c what libc has learnt:
+ *   - cache_max, the oldest out first (trim_to);
  *   - in a memory cgroup with a limit, a share of its headroom
  *     (memcg_bound; the cache_memcg knob);
  *   - while the process's resident memory is over cache_rss_max, nothing
  *     new, and the excess back (over_rss, watch_rss);
- *   - idle blocks for the learned decay (cache_expire);
+ *   - idle blocks for the learned decay (trim_idle);
  *   - of THP blocks, resident only what libc would have kept; the rest is
  *     offered to the kernel as it enters (libc_would_keep, cache_offer);
  *   - no block with a protection or advice of its user's that was not
@@ -26,15 +27,15 @@
  * janitor (heap.c retire_locked calls cache_expire).  Others do the
  * giving: release.c unmaps what the cache hands it, os.c's os_lazyfree
  * offers pages, small.c's small_libc_give_back has glibc trim.  Other
- * give-backs are not limits and stay their callers' (heap.c: a short
- * hugetlb pool, hp_cache_flush, a forked child).
+ * give-backs are not limits: their callers ask for them (cache_empty:
+ * heap.c's short hugetlb pool, hp_cache_flush, a forked child).
  *
  * Threads and locks -- who calls what with which lock:
  *   - with hp_heap_lock held (heap.c's: registry and cache together):
  *     cache_take*, cache_put, cache_expire, cache_missed -- from heap.c
  *     and pieces.c.  They never touch memory through the kernel: whatever
- *     must go is returned as a list for the caller to hand to release.c
- *     (release_adopt) under the same lock.  The one system call they may
+ *     must go is handed to release.c (give: release_adopt) under the same
+ *     lock, for the caller's release_flush.  The one system call they may
  *     make is a log line's write (the learning decay's, with verbose=2):
  *     the application threads that reach one run with cancellation
  *     disabled (HP_NOCANCEL_BEGIN), the other is the janitor, hpalloc's
@@ -44,7 +45,8 @@
  *     cache_before_put and cache_offer (the freeing or cutting thread, on
  *     a block that is still its alone), cache_watch (the janitor alone).
  *     Those that give back take hp_heap_lock themselves for the cache's
- *     part, adopt under it and release_flush after it (give_back_*).
+ *     part, give under it and release_flush after it (give_back,
+ *     cache_empty, cache_put_unlocked).
  *   - atomics between the two: kept_bytes (cache_offer reserves, the
  *     locked side frees), over_rss (the janitor writes, cache_put reads),
  *     rss_idle and fills (cache_put wakes the janitor through them). */
@@ -374,6 +376,16 @@ static struct hp_block *push(struct hp_block *list, struct hp_block *b)
 	return b;
 }
 
+/* hp_heap_lock held: the one hand-off of blocks leaving the cache to
+ * release.c, under the lock that took them out (a fork never finds a block
+ * owned by nobody); the caller's release_flush(), once unlocked, sends
+ * them on their way. */
+static inline void give(struct hp_block *list)
+{
+	if (list)
+		release_adopt(list);
+}
+
 /* Oldest blocks out until cached_bytes <= limit. */
 static struct hp_block *trim_to(size_t limit, struct hp_block *out)
 {
@@ -409,49 +421,6 @@ static bool over_rss_bound(void)
 {
 	return atomic_load_explicit(&over_rss, memory_order_relaxed) &&
 	       (size_t)hp_knob(KNOB_CACHE_RSS_MAX) != 0;
-}
-
-static void filled(void);
-
-struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms)
-{
-	size_t max = over_rss_bound() ? 0 : (size_t)hp_knob(KNOB_CACHE_MAX);
-	/* the headroom counts b: its pages move from live to cached */
-	size_t memcg_max = charged(b) ? memcg_bound(charged_bytes + b->map.len) : SIZE_MAX;
-
-	if (b->map.len > max || b->map.len > memcg_max || !b->clean) {
-		if (b->map.len <= max && b->map.len > memcg_max)
-			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
-		unkeep(b);
-		b->next = NULL;
-		return b;
-	}
-	struct hp_block *out = trim_to(max - b->map.len, NULL);
-	if (memcg_max != SIZE_MAX)
-		out = trim_charged_to(memcg_max - b->map.len, out);
-	b->cached_at_ms = now_ms;
-	b->bucket = bucket_of(b->map.len);
-	b->prev = NULL;
-	b->next = buckets[b->bucket];
-	if (b->next)
-		b->next->prev = b;
-	buckets[b->bucket] = b;
-	b->lru_next = NULL;
-	b->lru_prev = lru_newest;
-	if (lru_newest)
-		lru_newest->lru_next = b;
-	else
-		lru_oldest = b;
-	lru_newest = b;
-	if (!cached_bytes)
-		filled();
-	cached_bytes += b->map.len;
-	if (charged(b))
-		charged_bytes += b->map.len;
-	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
-	stat_add(HP_STAT_CACHED_BLOCKS, 1);
-	stat_add(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
-	return out;
 }
 
 /* ---- decay that learns -------------------------------------------------------
@@ -520,17 +489,13 @@ static void decayed(uint64_t now_ms)
 	last_decay_ms = now_ms;
 }
 
-/* Blocks idle past the decay in force, and any excess over a lowered
- * cache_max or over memcg_bound() (from the reading cache_watch just had
- * memcg.c make, or the last one on a free without a janitor). */
-struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
+/* Blocks idle longer than idle_ms, the oldest first; the decay learns
+ * from them (decayed). */
+static struct hp_block *trim_idle(uint64_t idle_ms, uint64_t now_ms, struct hp_block *out)
 {
-	uint64_t decay = decay_in_force();
-	struct hp_block *out = trim_to((size_t)hp_knob(KNOB_CACHE_MAX), NULL);
-	out = trim_charged_to(memcg_bound(charged_bytes), out);
 	bool any = false;
 
-	while (lru_oldest && lru_oldest->cached_at_ms + decay <= now_ms) {
+	while (lru_oldest && lru_oldest->cached_at_ms + idle_ms <= now_ms) {
 		struct hp_block *b = lru_oldest;
 		unlink_block(b);
 		stat_add(HP_STAT_CACHE_DECAYS, 1);
@@ -539,52 +504,146 @@ struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 	}
 	if (any)
 		decayed(now_ms);
-	*next_deadline_ms = lru_oldest ? lru_oldest->cached_at_ms + decay : UINT64_MAX;
 	return out;
 }
 
-struct hp_block *cache_take_all(void)
+/* ---- what the cache may keep now -----------------------------------------------------
+ * The rules above as one answer, asked by every entry point that decides
+ * what stays (cache_put, cache_expire, the give-backs below): room_now()
+ * says it, keep_within() hands what it does not allow to release.c
+ * (give).  A block's own rules stay the block's, decided as it enters:
+ * whether it is clean (cache_before_put) and whether it stays resident,
+ * as libc would have kept it, or is offered (keep_resident). */
+struct room {
+	size_t bytes;     /* all cached blocks: cache_max, less a measured excess over cache_rss_max */
+	size_t charged;   /* cached THP blocks: a memory cgroup's share, memcg_bound(); SIZE_MAX: none */
+	uint64_t idle_ms; /* a block idle longer goes: the decay in force */
+	bool fresh;       /* a freed block may come in: not over cache_rss_max (over_rss) */
+};
+
+/* hp_heap_lock held: what the cache may keep now, holding charged bytes
+ * of THP blocks, with rss_excess bytes to give back for cache_rss_max;
+ * idle: the decay too (a free caches at once, and leaves it to
+ * cache_expire). */
+static inline __attribute__((always_inline)) struct room room_now(size_t charged, size_t rss_excess,
+								   bool idle)
 {
-	return trim_to(0, NULL);
+	size_t max = (size_t)hp_knob(KNOB_CACHE_MAX);
+	if (unlikely(rss_excess))
+		max = cached_bytes <= rss_excess ? 0 : cached_bytes - rss_excess < max ? cached_bytes - rss_excess : max;
+	return (struct room){
+		.bytes = max,
+		.charged = memcg_bound(charged),
+		.idle_ms = idle ? decay_in_force() : UINT64_MAX,
+		.fresh = !over_rss_bound(),
+	};
 }
 
-struct hp_block *cache_take_backend(int backend)
+/* hp_heap_lock held: the blocks the room has no place for, to release.c;
+ * *next_deadline_ms (if asked, with the decay in the room) when the oldest
+ * left is due to decay.  Both inlined: cache_put is on every free's path,
+ * and out of line they cost it 50 instructions (make bench-paths). */
+static inline __attribute__((always_inline)) void keep_within(struct room r, uint64_t now_ms,
+							   uint64_t *next_deadline_ms)
 {
-	struct hp_block *out = NULL, *b = lru_oldest;
-	while (b) {
-		struct hp_block *next = b->lru_next;
-		if (b->map.backend == backend) {
-			unlink_block(b);
-			out = push(out, b);
-		}
-		b = next;
+	struct hp_block *out = trim_to(r.bytes, NULL);
+	if (r.charged != SIZE_MAX)
+		out = trim_charged_to(r.charged, out);
+	if (r.idle_ms != UINT64_MAX)
+		out = trim_idle(r.idle_ms, now_ms, out);
+	give(out);
+	if (next_deadline_ms)
+		*next_deadline_ms = lru_oldest ? lru_oldest->cached_at_ms + r.idle_ms : UINT64_MAX;
+}
+
+void cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
+{
+	keep_within(room_now(charged_bytes, 0, true), now_ms, next_deadline_ms);
+}
+
+static void filled(void);
+
+void cache_put(struct hp_block *b, uint64_t now_ms)
+{
+	/* the headroom counts b: its pages move from live to cached */
+	struct room r = room_now(charged_bytes + (charged(b) ? b->map.len : 0), 0, false);
+
+	if (!r.fresh || b->map.len > r.bytes || (charged(b) && b->map.len > r.charged) || !b->clean) {
+		if (r.fresh && b->map.len <= r.bytes && charged(b) && b->map.len > r.charged)
+			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
+		unkeep(b);
+		b->next = NULL;
+		give(b);
+		return;
 	}
-	return out;
+	/* room for b beside the others */
+	r.bytes -= b->map.len;
+	if (charged(b) && r.charged != SIZE_MAX)
+		r.charged -= b->map.len;
+	keep_within(r, now_ms, NULL);
+	b->cached_at_ms = now_ms;
+	b->bucket = bucket_of(b->map.len);
+	b->prev = NULL;
+	b->next = buckets[b->bucket];
+	if (b->next)
+		b->next->prev = b;
+	buckets[b->bucket] = b;
+	b->lru_next = NULL;
+	b->lru_prev = lru_newest;
+	if (lru_newest)
+		lru_newest->lru_next = b;
+	else
+		lru_oldest = b;
+	lru_newest = b;
+	if (!cached_bytes)
+		filled();
+	cached_bytes += b->map.len;
+	if (charged(b))
+		charged_bytes += b->map.len;
+	stat_add(HP_STAT_CACHED_BYTES, b->map.len);
+	stat_add(HP_STAT_CACHED_BLOCKS, 1);
+	stat_add(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 }
 
 /* ---- giving back, outside the lock ------------------------------------------------
  * The entry points below are called without hp_heap_lock: they measure
  * first (files, statm: no lock held), then take the lock for the cache's
- * part alone, hand what leaves to release.c under it (release_adopt: a
- * fork never finds a block owned by nobody) and send it on its way after
+ * part alone, give what leaves under it and send it on after
  * (release_flush; sync: in this thread, never through the ring). */
 
-/* At least bytes of cached blocks back, the oldest first. */
-static void give_back_oldest(size_t bytes, bool sync)
+/* What room_now() has no place for, with rss_excess bytes over
+ * cache_rss_max to give back, the oldest first. */
+static void give_back(size_t rss_excess, bool sync, uint64_t *next_deadline_ms)
 {
 	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(trim_to(cached_bytes > bytes ? cached_bytes - bytes : 0, NULL));
+	keep_within(room_now(charged_bytes, rss_excess, true), hp_now_ms(), next_deadline_ms);
 	pthread_mutex_unlock(&hp_heap_lock);
 	release_flush(sync);
 }
 
-/* THP blocks back, the oldest first, until within memcg_bound(). */
-static void give_back_over_memcg(void)
+void cache_put_unlocked(struct hp_block *b)
+{
+	cache_offer(b);
+	pthread_mutex_lock(&hp_heap_lock);
+	cache_put(b, hp_now_ms());
+	pthread_mutex_unlock(&hp_heap_lock);
+	release_flush(false);
+}
+
+void cache_empty(int backend, bool sync)
 {
 	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(trim_charged_to(memcg_bound(charged_bytes), NULL));
+	struct hp_block *out = NULL;
+	for (struct hp_block *b = lru_oldest, *next; b; b = next) {
+		next = b->lru_next;
+		if (backend < 0 || b->map.backend == backend) {
+			unlink_block(b);
+			out = push(out, b);
+		}
+	}
+	give(out);
 	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(true);
+	release_flush(sync);
 }
 
 /* A fresh block fits under a memory cgroup's limit only with this much to
@@ -623,7 +682,7 @@ static bool memcg_before_map(size_t size, bool libc_may)
 		return false;
 	memcg_charging(size);
 	if (atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed))
-		give_back_over_memcg();
+		give_back(0, true, NULL); /* within memcg_bound() of what is free now */
 	if (!fits)
 		small_libc_give_back();
 	return true;
@@ -648,7 +707,7 @@ bool cache_before_map(int backend, size_t size, bool libc_may)
 		return true;
 	size_t rss = hp_self_rss();
 	if (rss + size > limit)
-		give_back_oldest(rss + size - limit, true);
+		give_back(rss + size - limit, true, NULL);
 	return true;
 }
 
@@ -714,7 +773,7 @@ static bool watch_rss(void)
 	over = rss > limit;
 	atomic_store_explicit(&over_rss, over, memory_order_relaxed);
 	if (over)
-		give_back_oldest(rss - limit, false);
+		give_back(rss - limit, false, NULL);
 	return true;
 }
 
@@ -723,10 +782,7 @@ bool cache_watch(uint64_t *next_deadline_ms)
 	/* memcg.c reads the cgroup again first: cache_expire applies its bound */
 	bool watch = memcg_look() && memcg_bound_on() &&
 		     atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
-	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(cache_expire(hp_now_ms(), next_deadline_ms));
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(false);
+	give_back(0, false, next_deadline_ms);
 	return watch | watch_rss();
 }
 

@@ -113,15 +113,11 @@ static struct hp_block *new_block_reclaiming(struct hp_plan p, size_t size, hp_n
 	struct hp_block *b = new_block(p, size, numa, NULL);
 	if (b || p.backend != HP_BACKEND_HUGETLB || errno != ENOMEM)
 		return b; /* not short of pages (a refused placement): no use */
-	pthread_mutex_lock(&hp_heap_lock);
-	struct hp_block *cached = cache_take_backend(HP_BACKEND_HUGETLB);
-	release_adopt(cached);
-	pthread_mutex_unlock(&hp_heap_lock);
 	/* Every block that left the heap before this point is on release.c's
 	 * lists (handed over under the lock): releasing those and waiting for
 	 * them is enough.  Try again even if none is left: the last one may
 	 * have gone between the failed mmap and this look. */
-	release_flush(true);
+	cache_empty(HP_BACKEND_HUGETLB, true);
 	release_drain();
 	return new_block(p, size, numa, NULL);
 }
@@ -238,9 +234,12 @@ static void retire_locked(struct hp_block *b)
 
 	stats_block_live(b, false);
 	b->next = NULL;
-	release_adopt(inherited(b) ? b : cache_put(b, now));
+	if (inherited(b))
+		release_adopt(b);
+	else
+		cache_put(b, now);
 	if (!janitor_running())
-		release_adopt(cache_expire(now, &deadline));
+		cache_expire(now, &deadline);
 }
 
 /* The child keeps the parent's live blocks (the program may still use and
@@ -254,8 +253,7 @@ void heap_fork(int phase)
 		return;
 	heap_fork_gen++;
 	cache_forked();
-	release_adopt(cache_take_all());
-	release_flush(true); /* no janitor, no ring in the child yet */
+	cache_empty(-1, true); /* no janitor, no ring in the child yet */
 }
 
 /* ---- public allocation API ------------------------------------------------------- */
@@ -482,9 +480,6 @@ void hp_cache_flush(void)
 {
 	HP_ERRNO_SAVE;
 	hp_init();
-	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(cache_take_all());
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(false);
+	cache_empty(-1, false);
 	HP_ERRNO_RESTORE;
 }

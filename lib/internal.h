@@ -402,20 +402,20 @@ static inline uint64_t cache_kind(int backend, hp_numa_t numa)
 /* With hp_heap_lock held, no system call (but the decay's log line): */
 /* A block of that kind with min_ps <= page size <= max_ps that fits size. */
 HP_HIDDEN struct hp_block *cache_take(uint64_t kind, size_t min_ps, size_t max_ps, size_t size);
-/* Takes ownership; returns blocks pushed out (to release after unlocking).
- * b->reclaimable says what cache_offer() gave of it (the caller's, before
- * locking). */
-HP_HIDDEN struct hp_block *cache_put(struct hp_block *b, uint64_t now_ms);
-/* Blocks past their decay, and any excess over the bounds; the next
- * deadline.  The janitor's round (cache_watch), or a free without one. */
-HP_HIDDEN struct hp_block *cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
+/* Takes ownership of b; what leaves the cache (b itself, if it has no
+ * room for it) is handed to release.c (release_adopt), for the caller's
+ * release_flush() after unlocking.  b->reclaimable says what cache_offer()
+ * gave of it (the caller's, before locking). */
+HP_HIDDEN void cache_put(struct hp_block *b, uint64_t now_ms);
+/* Blocks past their decay, and any excess over the bounds, to release.c
+ * (as cache_put); the next deadline.  A free without a janitor. */
+HP_HIDDEN void cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms);
 /* The learned decay grows up to this many times the cache_decay_ms knob
  * (cache.c says how).  A bare number: knobs.c spells it in the knob's help
  * (HP_STRINGIFY). */
 #define CACHE_DECAY_GROWTH 32
 /* A block had to be mapped afresh: the decay in force learns from it. */
 HP_HIDDEN void cache_missed(uint64_t now_ms);
-HP_HIDDEN struct hp_block *cache_take_all(void);
 /* For pieces.c, which cuts what it takes: a block of kind at least
  * len long, whatever it wastes; the block of family starting at addr;
  * cached pieces of kind lying side by side in one family, as many from the
@@ -423,8 +423,12 @@ HP_HIDDEN struct hp_block *cache_take_all(void);
 HP_HIDDEN struct hp_block *cache_take_at_least(uint64_t kind, size_t len);
 HP_HIDDEN struct hp_block *cache_take_at(uint64_t family, const void *addr);
 HP_HIDDEN struct hp_block *cache_take_run(uint64_t kind, size_t len);
-HP_HIDDEN struct hp_block *cache_take_backend(int backend);
-/* Without hp_heap_lock (they read files, and take it themselves): */
+/* Without hp_heap_lock (they read files, or take it themselves): */
+/* Every cached block of backend (< 0: of any) back to the kernel, sync:
+ * in this thread (hp_cache_flush, a forked child, a short hugetlb pool). */
+HP_HIDDEN void cache_empty(int backend, bool sync);
+/* b (the caller's, cut or joined by pieces.c) offered and cached. */
+HP_HIDDEN void cache_put_unlocked(struct hp_block *b);
 /* A fresh block of backend and size is about to be mapped: the cache gives
  * back first what would take the process over cache_rss_max or past its
  * memory cgroup's share, and has libc give back its free memory if the
@@ -527,6 +531,13 @@ HP_HIDDEN bool memcg_look(void);
 HP_HIDDEN size_t memcg_headroom(unsigned max_age_ms);
 /* A limit binds the process, as last looked (one relaxed load). */
 HP_HIDDEN bool memcg_limited(void);
+/* The bounds on the process's memory (memcg.c's "bounds" section): whether
+ * one holds now -- the cgroup's limit as last looked, or the resident bound
+ * (cache_rss_max) -- and what is free under the tighter of the two, the
+ * cgroup's from a reading at most max_age_ms old (files are read: no lock
+ * held); SIZE_MAX: no bound. */
+HP_HIDDEN bool memcg_bounded(void);
+HP_HIDDEN size_t memcg_room(unsigned max_age_ms);
 /* The same from the last reading alone: no system call (hp_heap_lock may
  * be held). */
 HP_HIDDEN size_t memcg_headroom_last(void);

@@ -1,9 +1,11 @@
 /* The process's memory cgroup, measured: which one, the limit that binds,
- * its working set, and what is free under the limit (issue 25).  A measure
- * only: what the cache may keep of it is cache.c's rule (its "memory
- * cgroup" section: the share of the headroom, and libc's free memory given
- * back before a fresh block), what the populate workers may fault ahead is
- * populate.c's.
+ * its working set, and what is free under the limit (issue 25) -- and the
+ * one answer to what the process may still take under every bound on its
+ * memory (memcg_room, memcg_bounded: the cgroup's limit, and the resident
+ * bound a monitor holds it to).  Measures only: what the cache may keep of
+ * them is cache.c's rule (its "memory cgroup" section: the share of the
+ * headroom, and libc's free memory given back before a fresh block), what
+ * the populate workers may fault ahead within memcg_room is populate.c's.
  *
  * A container, a systemd unit, a Kubernetes pod, a Dask worker: each is a
  * memory cgroup with a limit, and what hpalloc's cache keeps stays charged
@@ -521,6 +523,40 @@ size_t memcg_headroom(unsigned max_age_ms)
 		return SIZE_MAX;
 	refresh(max_age_ms);
 	return atomic_load_explicit(&free_now, memory_order_relaxed);
+}
+
+/* ---- the bounds on the process's memory -------------------------------------------
+ * Two bounds hold a process's memory: its memory cgroup's limit (above;
+ * past it, the OOM killer) and the one a monitor of its resident memory
+ * holds it to (cache_rss_max: as ps and Dask's memory manager count it,
+ * set by hpalloc.dask to a worker's target; past it, the monitor spills,
+ * pauses or restarts the worker).  What neither may be taken over by is
+ * asked here, not of the knobs: memcg_bounded() whether a bound holds,
+ * memcg_room() what is free under the tighter.  The cache applies each
+ * bound its own way (cache.c: a share of the cgroup's headroom, the excess
+ * over the resident bound given back); the populate workers fault nothing
+ * ahead while either holds, and collapse within memcg_room (populate.c). */
+static size_t rss_bound(void)
+{
+	return (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
+}
+
+bool memcg_bounded(void)
+{
+	return memcg_limited() || rss_bound() != 0;
+}
+
+size_t memcg_room(unsigned max_age_ms)
+{
+	size_t free = memcg_headroom(max_age_ms);
+	size_t max = rss_bound();
+	if (max) {
+		size_t rss = hp_self_rss(); /* 0: unreadable, no bound */
+		size_t left = rss < max ? max - rss : 0;
+		if (rss && left < free)
+			free = left;
+	}
+	return free;
 }
 
 void memcg_charging(size_t bytes)

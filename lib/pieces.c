@@ -32,12 +32,10 @@
  *     registry: the calling thread's alone, as heap.c's block sourcing.
  *   - Cached pieces are taken and put back only through cache.c under
  *     hp_heap_lock, one critical section per take or put; between them a
- *     piece is the caller's alone.  A piece going back to the cache is
- *     offered to the kernel first (cache_offer(), cache.c), while it is
- *     still the caller's.
- *   - What cache_put() pushes out to stay under cache_max is handed to
- *     release.c under that lock and sent on its way once it is dropped
- *     (release_flush).
+ *     piece is the caller's alone.  A piece goes back to the cache by
+ *     cache_put_unlocked(): offered to the kernel first, while it is
+ *     still the caller's, and what leaves the cache to make room is
+ *     cache.c's to give back.
  *   - family_seq is atomic: any thread maps a new family. */
 #include "internal.h"
 
@@ -56,15 +54,6 @@ uint64_t pieces_new_family(void)
 static size_t cut_len(size_t size)
 {
 	return hp_align_up(size + HP_GUARD, HP_THP_SIZE) - HP_GUARD;
-}
-
-static void cache_put_unlocked(struct hp_block *b)
-{
-	cache_offer(b);
-	pthread_mutex_lock(&hp_heap_lock);
-	release_adopt(cache_put(b, hp_now_ms()));
-	pthread_mutex_unlock(&hp_heap_lock);
-	release_flush(false);
 }
 
 /* THP block b keeps what holds size; a tail of 2 MiB or more goes to the

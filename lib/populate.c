@@ -63,10 +63,11 @@
  * ENOMEM: the OOM killer kills the whole process -- for pages it may never
  * have touched, after it stopped filling and went on to allocate elsewhere
  * (issue 45: a program at 297 of its 300 MiB, killed with the workers
- * 38 MiB ahead).  So where a bound holds -- a memory cgroup's limit
- * (memcg.c) or cache_rss_max (which stands for a monitor of resident
- * memory, such as Dask's) -- the workers fault nothing ahead: no job is
- * made for a block mapped under one, and a bound that comes later (a limit
+ * 38 MiB ahead).  So where a bound on the process's memory holds --
+ * memcg.c's memcg_bounded(): a memory cgroup's limit, or the resident
+ * bound a monitor such as Dask's holds it to -- the workers fault nothing
+ * ahead: no job is made for a block mapped under one, and a bound that
+ * comes later (a limit
  * set, seen by the janitor's next look) stops every claim from the
  * workers' next reading (every FREE_FRESH_MS while a job populates); what
  * they had ahead by then stays the program's.  A collapse (4 KiB first)
@@ -74,8 +75,8 @@
  * while the 4 KiB ones it copies still are: it runs while POP_HEADROOM_PCT
  * of what is free holds a chunk (a costly-order charge never invokes the
  * OOM killer: short of room, MADV_COLLAPSE fails with ENOMEM, and the rest
- * stays on 4 KiB pages for khugepaged).  An unreadable bound is no bound
- * (memcg.c, smaps.c).
+ * stays on 4 KiB pages for khugepaged).  What is free is memcg.c's answer
+ * (memcg_room); an unreadable bound is no bound.
  *
  * Thread rules:
  *   - Workers start with the first job (no thread before there is work):
@@ -565,21 +566,6 @@ static void apply(struct job *j, const struct sighting *s, uint64_t now)
 static size_t mem_free = SIZE_MAX; /* free under the bounds at the last reading (pop_lock) */
 static uint64_t mem_read_ms;       /* when (pop_lock); 0: never */
 
-/* What the memory cgroup's limit and cache_rss_max leave free now, the
- * least of the two (SIZE_MAX: no bound).  Files are read: no lock held. */
-static size_t read_free(void)
-{
-	size_t free = memcg_headroom(FREE_FRESH_MS);
-	size_t max = (size_t)hp_knob(KNOB_CACHE_RSS_MAX);
-	if (max) {
-		size_t rss = hp_self_rss(); /* 0: unreadable, no bound */
-		size_t left = rss < max ? max - rss : 0;
-		if (rss && left < free)
-			free = left;
-	}
-	return free;
-}
-
 /* ---- a CPU for the workers (issue 49) ------------------------------------------------
  * A fault-in ahead saves the program time only on a CPU nobody else wanted:
  * where every CPU is busy -- two Dask worker processes on two cores, each
@@ -647,7 +633,7 @@ static void refresh_free(void)
 		return;
 	mem_read_ms = now;
 	pthread_mutex_unlock(&pop_lock);
-	size_t free = read_free();
+	size_t free = memcg_room(FREE_FRESH_MS); /* files are read: no lock held */
 	long others = read_others();
 	pthread_mutex_lock(&pop_lock);
 	mem_free = free;
@@ -670,12 +656,6 @@ static size_t room_left(void)
 	return bound_held() ? mem_free / 100 * POP_HEADROOM_PCT : SIZE_MAX;
 }
 
-/* Whether a bound holds now, for a block about to get a job: the cgroup's
- * limit as the last look found it, cache_rss_max as set. */
-static bool bound_holds_now(void)
-{
-	return memcg_limited() || hp_knob(KNOB_CACHE_RSS_MAX) != 0;
-}
 
 /* ---- the workers ------------------------------------------------------------------ */
 
@@ -1121,7 +1101,7 @@ void populate_watch(const struct hp_map *m)
 	size_t chunk = m->kernel_page_size > HP_THP_SIZE ? m->kernel_page_size : HP_THP_SIZE;
 
 	if (!want || m->len < POP_MIN_BLOCK || m->len / chunk < 2 * GROUP ||
-	    atomic_load_explicit(&unsupported, memory_order_relaxed) || bound_holds_now())
+	    atomic_load_explicit(&unsupported, memory_order_relaxed) || memcg_bounded())
 		return;
 	if (prim_resident(m->addr) != 0) {
 		HP_ERRNO_RESTORE;
