@@ -580,7 +580,6 @@ HP_HIDDEN void *resize_in_place(struct hp_block *b, size_t size, const struct hp
 HP_HIDDEN void release_adopt(struct hp_block *list);
 HP_HIDDEN void release_flush(bool sync);
 HP_HIDDEN void release_drain(void);        /* until nothing is releasing */
-HP_HIDDEN bool release_busy(void);         /* something is releasing */
 HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
 HP_HIDDEN void release_entry_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */

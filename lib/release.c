@@ -186,11 +186,6 @@ void release_abandon_ring(void)
 	pthread_mutex_unlock(&rel_lock);
 }
 
-bool release_busy(void)
-{
-	return atomic_load_explicit(&busy, memory_order_relaxed);
-}
-
 /* pthread_cond_wait is a cancellation point, and a thread cancelled in it
  * would end holding rel_lock: every later release, and fork, would wait
  * for it forever.  Draining is no cancellation point (as no malloc is):
