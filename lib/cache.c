@@ -187,7 +187,7 @@ void cache_offer(struct hp_block *b)
 }
 
 /* A guess without the lock: cache_max may change meanwhile, and
- * b->reclaimable stays true either way.  [small_off, +small_len): pages a
+ * b->reclaimable stays true either way.  [base_off, +base_len): pages a
  * populate job faulted at 4 KiB first and had not collapsed yet
  * (populate_forget): kept, the block would be handed out on them again
  * and again, as long as it is reused; dropped, its next owner faults that
@@ -210,12 +210,12 @@ void cache_offer(struct hp_block *b)
  * MADV_FREE already.  Only a block so made clean is cached (cache_put): one
  * whose state cannot be undone is released, and so is one this guess
  * passed by while cache_max was raised meanwhile. */
-void cache_before_put(struct hp_block *b, size_t small_off, size_t small_len)
+void cache_before_put(struct hp_block *b, size_t base_off, size_t base_len)
 {
 	if (b->map.len > (size_t)hp_knob(KNOB_CACHE_MAX))
 		return; /* it will not be cached */
 	if (b->map.backend == HP_BACKEND_THP) {
-		stat_add(HP_STAT_POPULATE_SMALL_DROPPED_BYTES, os_drop(&b->map, small_off, small_len));
+		stat_add(HP_STAT_POPULATE_SMALL_DROPPED_BYTES, os_drop(&b->map, base_off, base_len));
 		if (memcg_bound_on())
 			memcg_headroom(MEMCG_FRESH_MS); /* the usage, for cache_put's bound */
 		cache_offer(b);
@@ -780,7 +780,7 @@ static bool watch_rss(void)
 bool cache_watch(uint64_t *next_deadline_ms)
 {
 	/* memcg.c reads the cgroup again first: cache_expire applies its bound */
-	bool watch = memcg_look() && memcg_bound_on() &&
+	bool watch = memcg_follow() && memcg_bound_on() &&
 		     atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed);
 	give_back(0, false, next_deadline_ms);
 	return watch | watch_rss();

@@ -43,8 +43,8 @@ static struct hp_block *cache_take_locked(uint64_t kind, size_t min_ps, size_t m
  * hit costs no syscall and no look at the pools. */
 static struct hp_block *take_cached(size_t size, const struct hp_ctx *ctx, hp_numa_t numa)
 {
-	struct hp_cache_look looks[2];
-	int n = policy_cache_looks(ctx, numa, looks);
+	struct hp_cache_search looks[2];
+	int n = policy_cache_searches(ctx, numa, looks);
 	struct hp_block *b = NULL;
 
 	for (int i = 0; i < n && !b; i++)
@@ -200,7 +200,7 @@ void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
 		memset(b->map.addr, 0, size);
 	if (!cached)
-		populate_watch(&b->map); /* before anyone else can free it */
+		populate_fresh(&b->map); /* before anyone else can free it */
 	b->origin = origin_of(ctx);
 	HP_ERRNO_RESTORE;
 	return make_live(b);
@@ -288,11 +288,11 @@ void hp_free(void *ptr)
 	}
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
-	size_t small_off, small_len;
-	populate_forget(ptr, &small_off, &small_len); /* no worker inside it from here on */
+	size_t base_off, base_len;
+	populate_forget(ptr, &base_off, &base_len); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
 	if (b && !inherited(b))
-		cache_before_put(b, small_off, small_len); /* still live: the caller's alone */
+		cache_before_put(b, base_off, base_len); /* still live: the caller's alone */
 	pthread_mutex_lock(&hp_heap_lock);
 	b = reg_find(ptr, true);
 	size_t len = b ? b->map.len : 0;

@@ -56,12 +56,12 @@
  *              the secure-execution test (hp_secure_exec)
  *   securedir.c  the rules a directory or file must pass before hpalloc
  *              trusts it, and atomic writes: for control.c, publish.c,
- *              published.c and hpctl
+ *              peers.c and hpctl
  *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
  *   report.c   the activation report of `hpctl run --check`: its line,
  *              written (hp_report_activation) and read (report_parse_line)
- *   published.c  reading those files back (hp_proc_*), when one is stale
+ *   peers.c      reading those files back (hp_proc_*), when one is stale
  *   metrics.c  those entries in Prometheus' text format (hp_proc_prometheus)
  *   private.h  the library's hidden functions hpctl may call (with the
  *              public hpalloc.h, all hpctl sees of lib/)
@@ -438,7 +438,7 @@ HP_HIDDEN void cache_put_unlocked(struct hp_block *b);
 HP_HIDDEN bool cache_before_map(int backend, size_t size, bool libc_may);
 /* hp_free: b (live, the caller's alone, not inherited) may be cached: if
  * so, a fresh look at the cgroup's usage, and cache_offer(). */
-HP_HIDDEN void cache_before_put(struct hp_block *b, size_t small_off, size_t small_len);
+HP_HIDDEN void cache_before_put(struct hp_block *b, size_t base_off, size_t base_len);
 /* THP block b (the caller's, about to be cached) is offered to the kernel
  * (MADV_FREE), unless libc would have kept it resident (cache.c says why). */
 HP_HIDDEN void cache_offer(struct hp_block *b);
@@ -476,7 +476,7 @@ static inline bool policy_keeps(size_t len, size_t size)
 }
 /* A kind of cached block that may serve a request, and the range of its
  * page sizes. */
-struct hp_cache_look {
+struct hp_cache_search {
 	uint64_t kind; /* cache_kind() */
 	size_t min_ps, max_ps;
 };
@@ -487,7 +487,7 @@ struct hp_plan {
 };
 /* Where the cache may serve a private block from, in order: how many
  * looks out[] holds (0: mode=thp, which looks among THP blocks later). */
-HP_HIDDEN int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2]);
+HP_HIDDEN int policy_cache_searches(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_search out[2]);
 /* What to map for a private block the cache did not serve. */
 HP_HIDDEN struct hp_plan policy_plan(size_t size, const struct hp_ctx *ctx, hp_numa_t numa);
 /* A hugetlb block bound to nodes can have their free pages. */
@@ -523,7 +523,7 @@ HP_HIDDEN bool policy_fork_short(size_t *pagesize, size_t *pages, long *room);
 HP_HIDDEN void memcg_start(void);
 /* The janitor, every round (cache_watch): the cgroup and its limits again,
  * the usage if limited; whether a limit binds. */
-HP_HIDDEN bool memcg_look(void);
+HP_HIDDEN bool memcg_follow(void);
 /* What is free under the binding level's limit (limit - working set), from a
  * reading at most max_age_ms old (read again here if older; files are
  * read: no lock held by the caller); SIZE_MAX without a known limit.  A
@@ -619,19 +619,19 @@ HP_HIDDEN void janitor_wake(void);         /* new cache deadline, blocks to rele
 
 /* ---- populate.c: fresh blocks faulted in ahead of the program (its first comment) -- */
 /* A fresh block m, still its allocating thread's alone (before it is
- * published): watched, and populated ahead once the program is seen to
+ * published): it gets a job, and is populated ahead once the program is seen to
  * touch it from its start. */
-HP_HIDDEN void populate_watch(const struct hp_map *m);
+HP_HIDDEN void populate_fresh(const struct hp_map *m);
 /* The block at addr leaves the registry (freed, resized): its job ends,
  * and this returns once no worker is inside it.  Cancellation disabled.
- * *small_off, *small_len (may be NULL): the part that may still be on the
+ * *base_off, *base_len (may be NULL): the part that may still be on the
  * 4 KiB pages it was faulted at first, not collapsed yet (length 0: none). */
-HP_HIDDEN void populate_forget(const void *addr, size_t *small_off, size_t *small_len);
+HP_HIDDEN void populate_forget(const void *addr, size_t *base_off, size_t *base_len);
 /* The first-touch figures (ns of CPU per 2 MiB faulted as a huge page, as
  * 4 KiB pages; 0: not measured) as if the workers had measured them: tests
  * stage a machine where huge pages are dear, or cheap; 0, 0: a process
  * that has measured nothing yet (its next block probes first). */
-HP_HIDDEN void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns);
+HP_HIDDEN void populate_figures_stage(uint64_t huge_ns, uint64_t base_ns);
 
 /* ---- stats.c ------------------------------------------------------------------- */
 HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
@@ -743,7 +743,7 @@ HP_HIDDEN void publish_disable(void);       /* hpctl does not publish itself */
 /* Remove proc/<pid> (stats, overrides) below procfd, never following links. */
 HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);
 
-/* ---- the per-process entry: publish.c writes it, published.c reads it --------
+/* ---- the per-process entry: publish.c writes it, peers.c reads it --------
  * <control dir>/proc/<pid>/stats, at most PUB_MAX bytes, replaced atomically.
  * One record per line, fields separated by one space, the last field of a
  * line running to its end:
@@ -761,16 +761,16 @@ HP_HIDDEN int publish_remove_pid_dir(int procfd, pid_t pid);
 #define PUB_MAGIC "hpalloc-stats 1\n"
 #define PUB_MAX 16384
 struct pub_ns { unsigned long long dev, ino; }; /* identifies a pid namespace */
-struct published_entry {
+struct peer_entry {
 	struct hp_proc p;
 	bool has_ns;
 	struct pub_ns ns;  /* the publisher's pid namespace */
 };
 /* Our pid namespace, from /proc/self/ns/pid; -1 without /proc. */
-HP_HIDDEN int published_pidns_self(struct pub_ns *out);
+HP_HIDDEN int peers_pidns_self(struct pub_ns *out);
 /* Field 22 of /proc/<pid>/stat (start time in clock ticks). */
-HP_HIDDEN int published_start_time(pid_t pid, unsigned long long *out);
+HP_HIDDEN int peers_start_time(pid_t pid, unsigned long long *out);
 /* Parse proc/<pid>/stats below piddir (no judgement); -1 + errno. */
-HP_HIDDEN int published_read(int piddir, struct published_entry *e);
+HP_HIDDEN int peers_read(int piddir, struct peer_entry *e);
 
 #endif

@@ -26,8 +26,8 @@
  *   - the first huge mapping of a process, in that thread, once per process
  *     and fork generation (memcg_headroom() before a THP block is mapped,
  *     else janitor_start()): the cgroup, its levels -- a first block
- *     mapped before the look met no limit (tests/c/memcg_libc_hole.c);
- *   - the janitor, every round (memcg_look, from cache.c's cache_watch):
+ *     mapped before the survey met no limit (tests/c/memcg_libc_hole.c);
+ *   - the janitor, every round (memcg_follow, from cache.c's cache_watch):
  *     all of it again, so a process moved to another cgroup, a limit
  *     changed, a cgroup removed are followed within a round;
  *   - cache.c, when a THP block is about to be cached and before a fresh
@@ -36,7 +36,7 @@
  *     young enough for it serves;
  *   - the populate workers, while they fault a block in: what is free
  *     (memcg_headroom: the usage, and the limit where it was lowered since
- *     the look), from a reading at most a millisecond old -- their
+ *     the survey), from a reading at most a millisecond old -- their
  *     faults get no ENOMEM at the limit, the OOM killer kills the process
  *     (populate.c's rule keeps them within a share of it).
  * The cache_memcg knob is cache.c's (its bound on or off), not this file's:
@@ -52,8 +52,8 @@
  * says something else than a number (garbage, a cgroup removed meanwhile)
  * is no limit: SIZE_MAX, and nothing is lost.
  *
- * Threads: a look (where the process is, its binding level) is made under
- * look_lock, by the janitor and by the process's first mapping; the
+ * Threads: a survey (where the process is, its binding level) is made under
+ * survey_lock, by the janitor and by the process's first mapping; the
  * binding level it writes is read by any thread: its numbers are atomics,
  * its directory is copied under memcg_lock, a leaf lock held for the copy
  * alone.  Nothing is allocated (paths live on the stack):
@@ -77,7 +77,7 @@ static _Atomic bool limited;               /* a binding level is known */
 static _Atomic size_t bind_limit;
 static _Atomic size_t free_now = SIZE_MAX;  /* limit - working set at the last reading; SIZE_MAX: no bound */
 static _Atomic uint64_t read_at_ms;
-static _Atomic bool looked;                /* in this process (fork generation) */
+static _Atomic bool surveyed;              /* in this process (fork generation) */
 
 /* What was free under the limit at the last reading (or since counted by
  * memcg_charging and memcg_releasing): no system call, so cache.c reads it
@@ -342,14 +342,14 @@ static int mount_line(char *line, void *arg)
 	return 1;
 }
 
-/* Where the process is, as the last look found it.  mountinfo can be
+/* Where the process is, as the last survey found it.  mountinfo can be
  * long (a host with many containers): it is read again only when
  * /proc/self/cgroup changes (a move) or when no level's limit could be read
  * (unmounted).  Looked at by the janitor every round and by the process's
  * first huge mapping, which several threads may make at once: under
- * look_lock, one look at a time (tests/c/tsan.sh's workers start
+ * survey_lock, one survey at a time (tests/c/tsan.sh's workers start
  * together; before the lock they wrote this record at once). */
-static pthread_mutex_t look_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t survey_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	struct self_cgroup self;
 	struct mount_search mount;
@@ -427,7 +427,7 @@ static void bind(const struct level *l)
 /* Where the process is, its binding level: bound, or no bound.  Whether
  * the cache_memcg knob is on or off: the knob is the cache's (cache.c),
  * and the populate workers ask what is free under the limit all the same. */
-static bool look_locked(void)
+static bool survey_locked(void)
 {
 	struct level l;
 	if (!locate()) {
@@ -445,27 +445,27 @@ static bool look_locked(void)
 	return true;
 }
 
-/* The process's first look, made once: a thread that finds it made sees
+/* The process's first survey, made once: a thread that finds it made sees
  * what it bound (the release pairs with the acquire), and a thread that
  * comes while it is being made waits for it -- its block is mapped on a
  * binding level, not before there is one. */
 void memcg_start(void)
 {
-	if (atomic_load_explicit(&looked, memory_order_acquire))
+	if (atomic_load_explicit(&surveyed, memory_order_acquire))
 		return;
-	pthread_mutex_lock(&look_lock);
-	if (!atomic_load_explicit(&looked, memory_order_relaxed)) {
-		look_locked();
-		atomic_store_explicit(&looked, true, memory_order_release);
+	pthread_mutex_lock(&survey_lock);
+	if (!atomic_load_explicit(&surveyed, memory_order_relaxed)) {
+		survey_locked();
+		atomic_store_explicit(&surveyed, true, memory_order_release);
 	}
-	pthread_mutex_unlock(&look_lock);
+	pthread_mutex_unlock(&survey_lock);
 }
 
-bool memcg_look(void)
+bool memcg_follow(void)
 {
-	pthread_mutex_lock(&look_lock);
-	bool bound = look_locked();
-	pthread_mutex_unlock(&look_lock);
+	pthread_mutex_lock(&survey_lock);
+	bool bound = survey_locked();
+	pthread_mutex_unlock(&survey_lock);
 	return bound;
 }
 
@@ -485,11 +485,11 @@ static void refresh(uint64_t max_age_ms)
 	int version = bind_version;
 	pthread_mutex_unlock(&memcg_lock);
 	size_t limit = atomic_load_explicit(&bind_limit, memory_order_relaxed), now_limit;
-	/* A limit lowered since the janitor's look binds from this reading on:
-	 * the populate workers fault by it, and a look up to a round late let
+	/* A limit lowered since the janitor's survey binds from this reading on:
+	 * the populate workers fault by it, and a survey up to a round late let
 	 * them fault ahead by the old limit into an OOM kill.  A raised one
-	 * waits for the look (which also finds whether another level binds
-	 * then); bind_limit stays the look's. */
+	 * waits for the survey (which also finds whether another level binds
+	 * then); bind_limit stays the survey's. */
 	if (level_limit(version, dir, &now_limit) == 1 && now_limit < limit)
 		limit = now_limit;
 	if (!level_working_set(version, dir, &usage)) {
@@ -570,14 +570,14 @@ void memcg_charging(size_t bytes)
 }
 
 /* The child keeps the binding level its parent knew until its own first
- * huge mapping looks again; the locks may have been held by a thread the
+ * huge mapping surveys again; the locks may have been held by a thread the
  * child does not have. */
 void memcg_fork(int phase)
 {
-	fork_mutex(&look_lock, phase); /* look_lock, then memcg_lock (bind) */
+	fork_mutex(&survey_lock, phase); /* survey_lock, then memcg_lock (bind) */
 	fork_mutex(&memcg_lock, phase);
 	if (phase == FORK_CHILD) {
-		where.found = false; /* the child's first look reads mountinfo afresh */
-		atomic_store_explicit(&looked, false, memory_order_relaxed);
+		where.found = false; /* the child's first survey reads mountinfo afresh */
+		atomic_store_explicit(&surveyed, false, memory_order_relaxed);
 	}
 }

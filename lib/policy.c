@@ -16,7 +16,7 @@
  *     copies (policy_pool_ready());
  *   - a bind on hugetlb pages: only its nodes' free pages
  *     (policy_nodes_can_serve());
- *   - the cache first, for any block the knobs accept (policy_cache_looks());
+ *   - the cache first, for any block the knobs accept (policy_cache_searches());
  *   - hugetlb pages that could not be had: the fallback knob
  *     (policy_fallback()), for private and shared blocks alike;
  *   - a shared block: hugetlb or shmem, by the same knobs
@@ -133,20 +133,20 @@ bool policy_fork_short(size_t *pagesize, size_t *pages, long *room)
 /* The cache first, for any block the knobs would accept, placed as the
  * request wants: a hit costs no syscall and no look at the pools.  None
  * for mode=thp: heap.c's thp_block() looks among THP blocks anyway. */
-int policy_cache_looks(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_look out[2])
+int policy_cache_searches(const struct hp_ctx *ctx, hp_numa_t numa, struct hp_cache_search out[2])
 {
 	int mode = (int)hp_knob(KNOB_MODE);
 	size_t knob = (size_t)hp_knob(KNOB_PAGESIZE);
 	int n = 0;
 
 	if (forced(ctx)) {
-		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_HUGETLB, numa), ctx->pagesize, ctx->pagesize};
+		out[n++] = (struct hp_cache_search){cache_kind(HP_BACKEND_HUGETLB, numa), ctx->pagesize, ctx->pagesize};
 		return n;
 	}
 	if (mode == MODE_HUGETLB || mode == MODE_AUTO)
-		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_HUGETLB, numa), 0, knob ? knob : SIZE_MAX};
+		out[n++] = (struct hp_cache_search){cache_kind(HP_BACKEND_HUGETLB, numa), 0, knob ? knob : SIZE_MAX};
 	if (mode == MODE_AUTO)
-		out[n++] = (struct hp_cache_look){cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE};
+		out[n++] = (struct hp_cache_search){cache_kind(HP_BACKEND_THP, numa), HP_BASE_PAGE, HP_BASE_PAGE};
 	return n;
 }
 

@@ -96,7 +96,7 @@
  *     block is cached, released, moved or unmapped under a worker.
  *   - The caller never waits for a worker but in populate_forget(), which
  *     runs with cancellation disabled (hp_free's, resize's), and
- *     populate_watch() takes pop_lock only to fill a slot: nothing here is
+ *     populate_fresh() takes pop_lock only to fill a slot: nothing here is
  *     a cancellation point for the program.  pop_lock is held by no one
  *     who takes another lock, and no other lock is held while taking it: a
  *     worker drops it to read what is free (memcg.c, /proc/self/statm).
@@ -171,13 +171,13 @@ struct job {
 	/* 4 KiB first ("Pages" above) */
 	bool small;      /* may be on 4 KiB pages: collapsed once the program is done */
 	bool nh_pending; /* 4 KiB first, the advice to come once the program started */
-	size_t small_from; /* the first chunk that may be on 4 KiB pages */
-	size_t small_end; /* bytes [0, small_end) may be on 4 KiB pages (auto: HUGE since) */
+	size_t base_from; /* the first chunk that may be on 4 KiB pages */
+	size_t base_end; /* bytes [0, base_end) may be on 4 KiB pages (auto: HUGE since) */
 	bool advised;    /* MADV_HUGEPAGE given back to the whole block */
 	int phase;       /* auto's (enum phase) */
 	int run;         /* 2 MiB samples in a row that point to the other phase */
 	bool sampling;   /* a 2 MiB sample is being taken (one at a time) */
-	uint64_t small_ns, small_n; /* CPU time and number of its 4 KiB fault-ins */
+	uint64_t base_ns, base_n; /* CPU time and number of its 4 KiB fault-ins */
 	bool collapsing; /* the program is done: chunks [cnext, cend) to collapse */
 	bool collapse_busy;
 	unsigned again; /* collapses retried (EAGAIN) */
@@ -270,13 +270,13 @@ static void figure(int kind, uint64_t ns)
 	figures_publish();
 }
 
-void populate_figures_stage(uint64_t huge_ns, uint64_t small_ns)
+void populate_figures_stage(uint64_t huge_ns, uint64_t base_ns)
 {
 	pthread_mutex_lock(&pop_lock);
 	fig_ns[FIG_HUGE] = huge_ns;
-	fig_ns[FIG_SMALL] = small_ns;
+	fig_ns[FIG_SMALL] = base_ns;
 	/* staged, as good as measured; zeros: not measured, as a fresh process */
-	probed_ms = huge_ns || small_ns ? hp_now_ms() : 0;
+	probed_ms = huge_ns || base_ns ? hp_now_ms() : 0;
 	figures_publish();
 	pthread_mutex_unlock(&pop_lock);
 }
@@ -484,8 +484,8 @@ static void job_over_locked(struct job *j, size_t upto)
 	}
 	if (j->collapsing)
 		return;
-	if (j->cnext < j->small_from)
-		j->cnext = j->small_from;
+	if (j->cnext < j->base_from)
+		j->cnext = j->base_from;
 	j->cend = upto < j->n ? upto : j->n;
 	if (atomic_load_explicit(&no_collapse, memory_order_relaxed))
 		j->cend = j->cnext; /* the advice back, nothing to collapse */
@@ -804,7 +804,7 @@ static int judge(struct job *j, int phase, int run, uint64_t mean_4k, uint64_t n
  * advice given back to the whole block: the chunks faulted before it, the
  * program's (at most a group beyond the sentinel it was seen at) and the
  * workers', may be on 4 KiB pages; everything after faults on huge ones. */
-static size_t small_upto(const struct job *j, size_t c)
+static size_t base_upto(const struct job *j, size_t c)
 {
 	size_t upto = (j->pos + 2) * GROUP;
 	if (upto < j->hi)
@@ -830,19 +830,19 @@ static void fault_done(struct job *j, size_t c, int err, uint64_t ns, bool sampl
 		j->sampling = false;
 		if (err == 0 && phase != j->phase) {
 			j->run = 0;
-			if (phase == SMALL && j->small_from > from)
-				j->small_from = j->cnext = from; /* a block started on huge pages */
+			if (phase == SMALL && j->base_from > from)
+				j->base_from = j->cnext = from; /* a block started on huge pages */
 			j->phase = phase;
 			j->advised = phase == HUGE;
-			j->small_end = phase == HUGE ? small_upto(j, c) * j->chunk : j->len;
+			j->base_end = phase == HUGE ? base_upto(j, c) * j->chunk : j->len;
 			if (phase == SMALL)
 				stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
 		} else if (err == 0) {
 			j->run = away ? j->run + 1 : 0;
 		}
 	} else if (err == 0 && !huge) {
-		j->small_ns += ns;
-		j->small_n++;
+		j->base_ns += ns;
+		j->base_n++;
 	}
 	if (err == 0) {
 		stat_add(HP_STAT_POPULATE_AHEAD_BYTES, j->chunk);
@@ -876,7 +876,7 @@ static void unpin(struct job *j)
 /* pop_lock held: whether a fault-in of the job is auto's 2 MiB sample. */
 static bool sample_now(struct job *j)
 {
-	if (j->sampling || (j->phase != HUGE && (j->phase != SAMPLING || !j->small_n)))
+	if (j->sampling || (j->phase != HUGE && (j->phase != SAMPLING || !j->base_n)))
 		return false;
 	j->sampling = true;
 	return true;
@@ -888,7 +888,7 @@ static void do_fault(struct job *j, size_t c, unsigned *last_gen)
 	uint64_t ns = 0;
 	unsigned gen = j->gen;
 	bool sample = sample_now(j);
-	uint64_t mean_4k = j->small_n ? j->small_ns / j->small_n : fig_ns[FIG_SMALL];
+	uint64_t mean_4k = j->base_n ? j->base_ns / j->base_n : fig_ns[FIG_SMALL];
 	int phase = j->phase, run = j->run;
 	size_t from = j->hi;
 	bool away = false;
@@ -936,7 +936,7 @@ static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
 		j->advised = true;
 		if (err) /* the block stays on 4 KiB pages (a VMA count limit) */
 			j->cend = 0;
-	} else if (err == EINVAL && c == j->small_from) {
+	} else if (err == EINVAL && c == j->base_from) {
 		/* the first chunk on 4 KiB pages, the program's, resident and
 		 * advised: no MADV_COLLAPSE here */
 		atomic_store(&no_collapse, true);
@@ -961,7 +961,7 @@ static void do_collapse(struct job *j, size_t c, unsigned *last_gen)
  * did to a block advised at its mapping.  From the first chunk it has not
  * been seen to reach; refused (a VMA count limit), the block stays on huge
  * pages. */
-static void small_from_here(struct job *j)
+static void base_from_here(struct job *j)
 {
 	size_t from = reached(j);
 	j->nh_pending = false;
@@ -974,8 +974,8 @@ static void small_from_here(struct job *j)
 	pthread_mutex_lock(&pop_lock);
 	if (rc < 0 || j->dead)
 		return; /* forgotten meanwhile: populate_forget gave the advice back */
-	j->small_from = j->cnext = from;
-	j->small_end = j->len;
+	j->base_from = j->cnext = from;
+	j->base_end = j->len;
 	j->advised = false;
 	if (j->phase == FIXED)
 		stat_add(HP_STAT_POPULATE_SMALL_FIRST, 1);
@@ -996,7 +996,7 @@ static void do_look(struct job *j)
 	if (!j->dead && !j->collapsing)
 		apply(j, &s, now_us());
 	if (j->nh_pending && !j->watching && !j->dead && !j->collapsing)
-		small_from_here(j);
+		base_from_here(j);
 	unpin(j);
 	pthread_cond_broadcast(&work_cond); /* the other workers: new chunks maybe */
 }
@@ -1080,7 +1080,7 @@ static bool workers_up(int want)
 /* pop_lock held: how a fresh block starts (its phase), and whether it may
  * ever be on 4 KiB pages (true: its job collapses them) -- where
  * populate_pages says so, for a THP block, and a kernel that collapses. */
-static bool small_first(const struct hp_map *m, int *phase)
+static bool base_first(const struct hp_map *m, int *phase)
 {
 	int pages = (int)hp_knob(KNOB_POPULATE_PAGES);
 	*phase = FIXED;
@@ -1094,7 +1094,7 @@ static bool small_first(const struct hp_map *m, int *phase)
 	return true;
 }
 
-void populate_watch(const struct hp_map *m)
+void populate_fresh(const struct hp_map *m)
 {
 	HP_ERRNO_SAVE; /* mincore, pthread_create, clock_gettime, madvise */
 	int want = wanted_threads(), phase;
@@ -1120,12 +1120,12 @@ void populate_watch(const struct hp_map *m)
 		uint64_t now = now_us();
 		if (++job_gen == 0) /* 0 is a worker's "no job yet" */
 			job_gen = 1;
-		bool small = small_first(m, &phase), four_k = small && phase != HUGE;
+		bool small = base_first(m, &phase), four_k = small && phase != HUGE;
 		*j = (struct job){.used = true, .watching = true, .addr = m->addr, .len = m->len,
 				  .chunk = chunk, .n = m->len / chunk, .progress_ms = now / 1000,
 				  .check_at_us = now + POLL_MIN_US, .poll_us = POLL_MIN_US,
 				  .gen = job_gen, .origin = origin, .thp = m->backend == HP_BACKEND_THP,
-				  .small = small, .nh_pending = four_k, .small_from = m->len / chunk,
+				  .small = small, .nh_pending = four_k, .base_from = m->len / chunk,
 				  .advised = true, .phase = phase};
 		atomic_fetch_add_explicit(&njobs, 1, memory_order_relaxed);
 		pthread_cond_broadcast(&work_cond);
@@ -1134,13 +1134,13 @@ void populate_watch(const struct hp_map *m)
 	HP_ERRNO_RESTORE;
 }
 
-void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
+void populate_forget(const void *addr, size_t *base_off, size_t *base_len)
 {
 	bool advise = false;
 	size_t len = 0, from = 0, to = 0;
 
-	if (small_off)
-		*small_off = *small_len = 0;
+	if (base_off)
+		*base_off = *base_len = 0;
 	if (likely(!atomic_load_explicit(&njobs, memory_order_relaxed)))
 		return;
 	HP_ERRNO_SAVE; /* madvise */
@@ -1157,8 +1157,8 @@ void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
 		/* may still be on 4 KiB pages: what no collapse step has reached
 		 * (one in flight ends before this returns; the slot may then
 		 * serve another block: read now) */
-		from = (j->cnext > j->small_from ? j->cnext : j->small_from) * j->chunk;
-		to = j->small ? j->small_end : 0;
+		from = (j->cnext > j->base_from ? j->cnext : j->base_from) * j->chunk;
+		to = j->small ? j->base_end : 0;
 		unsigned gen = j->gen;
 		j->dead = true;
 		/* a chunk's fault-in or collapse, or a mincore: milliseconds.  The
@@ -1172,9 +1172,9 @@ void populate_forget(const void *addr, size_t *small_off, size_t *small_len)
 	pthread_mutex_unlock(&pop_lock);
 	if (advise)
 		prim_advise((void *)addr, len, MADV_HUGEPAGE);
-	if (small_off && to > from) {
-		*small_off = from;
-		*small_len = to - from;
+	if (base_off && to > from) {
+		*base_off = from;
+		*base_len = to - from;
 	}
 	HP_ERRNO_RESTORE;
 }

@@ -13,7 +13,7 @@
  * on mimalloc's "primitive" layer (include/mimalloc/prim.h, src/prim/;
  * even its _mi_prim_process_info, the RSS, is read there): the files that
  * decide or interpret -- os.c (private blocks), shared.c, numa.c, thp.c,
- * memcg.c, smaps.c, numa_maps.c, publish.c, published.c, and hpctl through
+ * memcg.c, smaps.c, numa_maps.c, publish.c, peers.c, and hpctl through
  * private.h -- call these and nothing below them, so one file knows each
  * system call's flags and each kernel file's path, and a staged sysfs
  * (tests) stands in for all of them at once; a staged root does the same

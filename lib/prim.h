@@ -8,7 +8,7 @@
  * meminfo, sysctls and own executable), and hpctl's one write: a hugetlb
  * pool's size (prim_pool_write).  Modelled on
  * mimalloc's include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c,
- * populate.c, memcg.c, smaps.c, numa_maps.c, publish.c, published.c and
+ * populate.c, memcg.c, smaps.c, numa_maps.c, publish.c, peers.c and
  * hpctl decide and interpret, prim.c carries out and reads.
  * tests/prim-door.sh fails on a /proc or /sys path, a memory system call,
  * a libnuma call or an open of a path built here in any other file of lib/

@@ -52,7 +52,7 @@ enum { CONTROL_DIR_GIVEN, CONTROL_DIR_ROOT, CONTROL_DIR_USER, CONTROL_DIR_TMP };
 HP_HIDDEN int control_dir_choose(char *buf, size_t len, int *kind);
 
 /* ---- securedir.c: what hpalloc trusts in a directory others can reach ---------
- * For control.c, publish.c, published.c and hpctl: one place for the rules. */
+ * For control.c, publish.c, peers.c and hpctl: one place for the rules. */
 #define HP_CONTROL_FILE_MAX 4096
 /* Open the control directory at path as securedir_open() does, making it
  * first (mode 0755 whatever the umask) if it is missing.  A default one

@@ -1,6 +1,6 @@
 /* Per-process stats file for hpctl: <control dir>/proc/<pid>/stats.
  *
- * The format is in internal.h; published.c is its reader.  hp_proc_self()
+ * The format is in internal.h; peers.c is its reader.  hp_proc_self()
  * gives the same content, live, as a struct hp_proc (without the file).  The file is
  * replaced atomically (temporary file + rename) by the janitor thread when
  * its content changed, and removed at exit.
@@ -177,14 +177,14 @@ static int write_file(int dirfd)
 /* proc/<name> was published from a pid namespace other than ours. */
 static bool foreign_entry(int procfd, const char *name)
 {
-	struct published_entry e;
+	struct peer_entry e;
 	int fd = openat(procfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 			O_CLOEXEC);
 	bool foreign;
 
 	if (fd < 0)
 		return false;
-	foreign = published_read(fd, &e) == 0 && e.has_ns && pub.has_ns &&
+	foreign = peers_read(fd, &e) == 0 && e.has_ns && pub.has_ns &&
 		  (e.ns.dev != pub.ns.dev || e.ns.ino != pub.ns.ino);
 	close(fd);
 	return foreign;
@@ -194,9 +194,9 @@ static void remember_self(pid_t pid)
 {
 	pub.pid = pid;
 	pub.last_len = 0;
-	if (published_start_time(pid, &pub.start_time) != 0)
+	if (peers_start_time(pid, &pub.start_time) != 0)
 		pub.start_time = 0;
-	pub.has_ns = published_pidns_self(&pub.ns) == 0;
+	pub.has_ns = peers_pidns_self(&pub.ns) == 0;
 	read_comm(pub.comm, sizeof(pub.comm));
 }
 
@@ -355,7 +355,7 @@ static int proc_self(struct hp_proc *out)
 	}
 	memset(out, 0, sizeof(*out));
 	out->pid = (long)getpid();
-	if (published_start_time(getpid(), &out->start_time) != 0)
+	if (peers_start_time(getpid(), &out->start_time) != 0)
 		out->start_time = 0;
 	read_comm(out->comm, sizeof(out->comm));
 	out->alive = 1;

@@ -1,7 +1,7 @@
 /* Secure directories: the rules by which hpalloc trusts a directory or a
  * file another program may have put in its way, in one place for every
  * reader and writer of the control directory (control.c's knob files,
- * publish.c's and published.c's proc/<pid> entries, hpctl).
+ * publish.c's and peers.c's proc/<pid> entries, hpctl).
  *
  * A directory is used only if opened without following a symlink, owned by
  * our euid or root and not writable by group or others, every component of

@@ -81,7 +81,7 @@ const char *ctl_dir_path(void);
 /* Open the control directory (create it 0755 when create): fd, or -1 if it
  * does not exist and !create.  Exits 1 if it is refused. */
 int ctl_dir_open(bool create);
-/* The published entry of a process using hpalloc (lib/published.c reads
+/* The published entry of a process using hpalloc (lib/peers.c reads
  * it): 0, or -1 after saying why (a dead one's entry is pruned on the way). */
 int ctl_proc_lookup(pid_t pid, struct hp_proc *proc);
 /* Open <dir>/proc/<pid> of a live hpalloc process (exit 1 otherwise). */

@@ -70,11 +70,11 @@ static struct harness_smaps advice_after_start(char *p, bool at_4k)
 /* A fresh block under staged figures: the gauge, the VmFlags past the
  * program's start, then filled and kept: huge within SETTLE_MS, data
  * intact. */
-static void starts(uint64_t huge_ns, uint64_t small_ns, bool at_4k, uint64_t gauge)
+static void starts(uint64_t huge_ns, uint64_t base_ns, bool at_4k, uint64_t gauge)
 {
 	harness_need_collapse();
 	knobs("1");
-	populate_figures_stage(huge_ns, small_ns);
+	populate_figures_stage(huge_ns, base_ns);
 	assert_int_equal(harness_stat(HP_STAT_POPULATE_START), gauge);
 	char *p = hp_malloc(BLOCK);
 	assert_non_null(p);
@@ -95,7 +95,7 @@ static void starts(uint64_t huge_ns, uint64_t small_ns, bool at_4k, uint64_t gau
 	struct harness_smaps sm = advice_after_start(p, at_4k);
 	print_message("figures staged: huge pages %llu us, 4 KiB pages %llu us per 2 MiB: the block's VmFlags "
 		      "after its start %s%s\n", (unsigned long long)huge_ns / 1000,
-		      (unsigned long long)small_ns / 1000, sm.thp_eligible ? "hg " : "", sm.thp_refused ? "nh" : "");
+		      (unsigned long long)base_ns / 1000, sm.thp_eligible ? "hg " : "", sm.thp_refused ? "nh" : "");
 	if (at_4k && !sm.thp_refused)
 		fail_msg("huge pages staged dear, but the fresh block does not go on at 4 KiB (no nh)");
 	if (!at_4k && (sm.thp_refused || !sm.thp_eligible))

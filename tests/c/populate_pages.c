@@ -53,7 +53,7 @@ static void knobs(const char *cache_max)
 }
 
 /* In a child: populate_pages=4K, or a failure said. */
-static int small_first(void)
+static int base_first(void)
 {
 	if (hp_knob_set("populate_pages", "4K") != 0) {
 		fprintf(stderr, "FAIL: populate_pages=4K refused: %s\n", strerror(errno));
@@ -75,7 +75,7 @@ static bool refused_within(const char *p, unsigned ms)
 static int child_small_then_huge(void)
 {
 	knobs("0");
-	if (small_first())
+	if (base_first())
 		return 1;
 	uint64_t t0 = harness_now_ms();
 	char *p = hp_malloc(SIZE);
@@ -95,7 +95,7 @@ static int child_small_then_huge(void)
 	uint64_t t1 = harness_now_ms();
 	bool huge = harness_huge_within(p, SIZE, 30000);
 	fprintf(stderr, "filled in %llu ms; on huge pages %llu ms later (AnonHugePages %zu MiB); "
-		"small_first %llu, collapsed %llu MiB\n", (unsigned long long)(t1 - t0),
+		"base_first %llu, collapsed %llu MiB\n", (unsigned long long)(t1 - t0),
 		(unsigned long long)(harness_now_ms() - t1), harness_anon_huge(p, SIZE) >> 20,
 		(unsigned long long)harness_stat(HP_STAT_POPULATE_SMALL_FIRST),
 		(unsigned long long)harness_stat(HP_STAT_POPULATE_COLLAPSED_BYTES) >> 20);
@@ -132,7 +132,7 @@ static char *freed_mid_collapse(uint64_t seed, size_t *huge)
 static int child_freed_uncached(void)
 {
 	knobs("0");
-	if (small_first())
+	if (base_first())
 		return 1;
 	int bad = 0;
 	uint64_t collapsed0 = harness_stat(HP_STAT_POPULATE_COLLAPSED_BYTES);
@@ -190,7 +190,7 @@ static int child_freed_cached(void)
 {
 	knobs("1G");
 	hp_knob_set("cache_decay_ms", "60000");
-	if (small_first())
+	if (base_first())
 		return 1;
 	int bad = 0;
 	for (int round = 0; round < 10 && !bad; round++) {
@@ -240,7 +240,7 @@ static int child_freed_cached(void)
 static int child_fork_mid_fill(void)
 {
 	knobs("0");
-	if (small_first())
+	if (base_first())
 		return 1;
 	char *p = hp_malloc(SIZE);
 	if (!p)
@@ -314,7 +314,7 @@ static int memcg_child(void *arg)
 {
 	(void)arg;
 	knobs("0");
-	if (small_first())
+	if (base_first())
 		return 2;
 	uint64_t small = harness_stat(HP_STAT_POPULATE_SMALL_FIRST);
 	char *p = hp_malloc(MEMCG_BLOCK);

@@ -1,11 +1,11 @@
 /* Fuzz target: the per-process stats file, <control dir>/proc/<pid>/stats,
  * which another process writes (format: lib/internal.h), as the library
- * reads it -- published_read(), hp_proc_get(), hp_proc_list(), with the
+ * reads it -- peers_read(), hp_proc_get(), hp_proc_list(), with the
  * staleness rule that may remove the entry -- and as hpctl shows it
  * (`hpctl stats`, `stats --long`, `stats --json`, run in-process).
  *
  * Input: the file's contents.  Promises checked:
- *   - published_read() reports nothing the file does not say: a pid > 0
+ *   - peers_read() reports nothing the file does not say: a pid > 0
  *     from a pid record; comm, knob names, values and rejected reasons are
  *     pieces of the input (byte for byte, or '?' where a byte was unfit to
  *     show), only counters it names, at most as many knobs as knob records;
@@ -67,7 +67,7 @@ static void check_string(const char *what, const char *s, size_t cap)
 		fuzz_fail("%s '%s' holds a control character or invalid UTF-8", what, s);
 }
 
-static void check_entry(const struct published_entry *e)
+static void check_entry(const struct peer_entry *e)
 {
 	const struct hp_proc *p = &e->p;
 	char rec[64];
@@ -154,7 +154,7 @@ static bool planted(long pid)
 
 /* ---- the readers ----------------------------------------------------------------- */
 
-static void check_get(const struct published_entry *e)
+static void check_get(const struct peer_entry *e)
 {
 	static struct hp_proc p;
 	long pid = e->p.pid;
@@ -162,7 +162,7 @@ static void check_get(const struct published_entry *e)
 	plant(pid);
 	if (hp_proc_get(pid, &p) == 0) {
 		if (!same_proc(&p, &e->p) || (p.alive != 1 && p.alive != -1))
-			fuzz_fail("hp_proc_get(%ld) differs from published_read", pid);
+			fuzz_fail("hp_proc_get(%ld) differs from peers_read", pid);
 		if (!planted(pid))
 			fuzz_fail("hp_proc_get(%ld) removed a live entry", pid);
 	} else if (errno != ESRCH || planted(pid)) {
@@ -172,7 +172,7 @@ static void check_get(const struct published_entry *e)
 
 /* A valid entry is listed (or pruned, then gone); an invalid file, planted
  * as proc/1, is skipped and kept: it proves nothing. */
-static void check_list(const struct published_entry *e)
+static void check_list(const struct peer_entry *e)
 {
 	struct hp_proc_list l;
 	long pid = e ? e->p.pid : 1;
@@ -186,7 +186,7 @@ static void check_list(const struct published_entry *e)
 	if (e && l.count + l.npruned != 1)
 		fuzz_fail("hp_proc_list: %zu entries, %zu pruned, from one file", l.count, l.npruned);
 	if (l.count && !same_proc(&l.procs[0], &e->p))
-		fuzz_fail("hp_proc_list's entry differs from published_read's");
+		fuzz_fail("hp_proc_list's entry differs from peers_read's");
 	if (l.npruned && (l.pruned[0] != pid || planted(pid)))
 		fuzz_fail("hp_proc_list pruned %ld but the entry of %ld is %s", l.pruned[0], pid,
 			  planted(pid) ? "still there" : "gone");
@@ -202,7 +202,7 @@ static void run_stats(void *arg)
 	stats_rc = cmd_stats(arg);
 }
 
-static void check_hpctl(const struct published_entry *e, bool json, bool long_form)
+static void check_hpctl(const struct peer_entry *e, bool json, bool long_form)
 {
 	struct hpctl c = {.json = json, .long_form = long_form, .top_delay = 1.0};
 	char *out, *err;
@@ -230,7 +230,7 @@ static void check_hpctl(const struct published_entry *e, bool json, bool long_fo
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct published_entry e;
+	static struct peer_entry e;
 
 	fuzz_init();
 	fuzz_input(data, size);
@@ -240,7 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (fuzz_write_file(scratchfd, "stats", data, size, 0644) != 0)
 		fuzz_fail("write: %s", strerror(errno));
-	int rc = published_read(scratchfd, &e);
+	int rc = peers_read(scratchfd, &e);
 	if (rc == 0) {
 		check_entry(&e);
 		check_get(&e);

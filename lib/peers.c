@@ -1,4 +1,5 @@
-/* Reading the per-process entries back: hp_proc_get(), hp_proc_list().
+/* The peers: every process's published entry, read back -- hp_proc_get(),
+ * hp_proc_list() -- and judged stale or alive.
  *
  * publish.c writes <control dir>/proc/<pid>/stats (format in internal.h);
  * this file is its only reader -- hpctl, the Python package and the Dask
@@ -37,7 +38,7 @@
 
 /* ---- what /proc says (prim.c reads it) ------------------------------------- */
 
-int published_pidns_self(struct pub_ns *out)
+int peers_pidns_self(struct pub_ns *out)
 {
 	return prim_proc_ident("self/ns/pid", &out->dev, &out->ino);
 }
@@ -54,7 +55,7 @@ static bool proc_is_ours(void)
 	return strcmp(link, want) == 0;
 }
 
-int published_start_time(pid_t pid, unsigned long long *out)
+int peers_start_time(pid_t pid, unsigned long long *out)
 {
 	char rel[32], buf[1024];
 	const char *p;
@@ -212,7 +213,7 @@ static void parse_rejected(const char *name, const char *why, struct hp_proc *p)
 			COPY(p->knobs[k].rejected, why);
 }
 
-static void parse_line(char *line, struct published_entry *e)
+static void parse_line(char *line, struct peer_entry *e)
 {
 	char *s = line, *kind = next_field(&s), *a = next_field(&s);
 	unsigned long long v, w;
@@ -264,7 +265,7 @@ static ssize_t read_entry_file(int piddir, char *buf, size_t cap)
 	return (ssize_t)got;
 }
 
-int published_read(int piddir, struct published_entry *e)
+int peers_read(int piddir, struct peer_entry *e)
 {
 	char *buf = malloc(PUB_MAX + 1), *save = NULL;
 
@@ -301,13 +302,13 @@ struct vantage {
 
 static void vantage_get(struct vantage *v)
 {
-	v->ns_known = published_pidns_self(&v->ns) == 0;
+	v->ns_known = peers_pidns_self(&v->ns) == 0;
 	v->proc_ours = v->ns_known && proc_is_ours();
 }
 
 enum liveness { ENTRY_GONE, ENTRY_LIVE, ENTRY_UNKNOWN };
 
-static enum liveness judge(const struct published_entry *e,
+static enum liveness judge(const struct peer_entry *e,
 			   const struct vantage *v)
 {
 	unsigned long long start;
@@ -321,7 +322,7 @@ static enum liveness judge(const struct published_entry *e,
 	/* someone holds the pid (EPERM: another user's process): the
 	 * publisher, unless it started at another time */
 	if (!v->proc_ours || e->p.start_time == 0 ||
-	    published_start_time(pid, &start) != 0)
+	    peers_start_time(pid, &start) != 0)
 		return ENTRY_UNKNOWN;
 	return start == e->p.start_time ? ENTRY_LIVE : ENTRY_GONE;
 }
@@ -357,7 +358,7 @@ static int open_proc_dir(void)
 static int visit(int procfd, pid_t pid, const struct vantage *v,
 		 struct hp_proc *out, bool *removed)
 {
-	struct published_entry e;
+	struct peer_entry e;
 	char name[32];
 	int fd, rc;
 
@@ -366,7 +367,7 @@ static int visit(int procfd, pid_t pid, const struct vantage *v,
 	fd = openat(procfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	rc = published_read(fd, &e);
+	rc = peers_read(fd, &e);
 	close(fd);
 	if (rc != 0)
 		return -1;
