@@ -146,7 +146,11 @@ static bool may_move(void)
 static void strand(void)
 {
 	atomic_fetch_add_explicit(&stranded, 1, memory_order_relaxed);
-	stat_add(HP_STAT_STRANDED_RESERVATIONS, 1);
+}
+
+unsigned prim_stranded(void)
+{
+	return atomic_load_explicit(&stranded, memory_order_relaxed);
 }
 
 void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span)

@@ -65,6 +65,9 @@ HP_HIDDEN void *prim_remap(void *addr, size_t old_len, size_t new_len, int flags
  * (prim.c says why). */
 #define HP_STRANDED_MAX 16
 HP_HIDDEN void *prim_move_into(void *addr, size_t old_len, size_t new_len, void *dest, size_t span);
+/* The reservations stranded so far (stats.c publishes it as
+ * stranded_reservations: the door counts, and calls nobody). */
+HP_HIDDEN unsigned prim_stranded(void);
 /* mbind(2) (libnuma's wrapper); -1 + ENOSYS in a build without libnuma. */
 HP_HIDDEN int prim_mbind(void *addr, size_t len, int mode, const unsigned long *nodes,
 			 unsigned long maxnode);

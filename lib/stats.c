@@ -213,6 +213,7 @@ int hp_stats_get(struct hp_stats *out)
 	pthread_mutex_unlock(&slots_lock);
 	out->v[HP_STAT_SMALL_LIVE_BYTES] = bytes > 0 ? (uint64_t)bytes : 0;
 	out->v[HP_STAT_SMALL_LIVE_BLOCKS] = blocks > 0 ? (uint64_t)blocks : 0;
+	out->v[HP_STAT_STRANDED_RESERVATIONS] = prim_stranded(); /* the door's own count */
 	return 0;
 }
 
