@@ -52,37 +52,6 @@ static bool has_activation(const char *dir)
 	       stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-#ifdef HPCTL_BINDIR
-/* A directory configure chose (pyexecdir, libdir) seen from bindir
- * ("../lib/python3/dist-packages"), applied to the directory this
- * executable really is in: a moved or DESTDIR tree finds its own files. */
-bool relocated_dir(const char *py, char *buf, size_t len)
-{
-	const char *bin = HPCTL_BINDIR;
-	char exe[PATH_MAX], rel[PATH_MAX] = "";
-	size_t common = 0, i;
-
-	for (i = 0; bin[i] && bin[i] == py[i]; i++)
-		if (bin[i] == '/')
-			common = i; /* last shared directory boundary */
-	if (!bin[i] && py[i] == '/')
-		common = i; /* bindir itself is a prefix of pyexecdir */
-	if (!py[i] && bin[i] == '/')
-		common = i; /* pyexecdir is above bindir (the wheel: site/hpalloc/bin) */
-	for (const char *p = bin + common; *p; p++)
-		if (*p == '/' && p[1])
-			strncat(rel, "../", sizeof(rel) - strlen(rel) - 1);
-	strncat(rel, py + common + (py[common] == '/'), sizeof(rel) - strlen(rel) - 1);
-	if (prim_proc_readlink("self/exe", exe, sizeof(exe)) <= 0)
-		return false;
-	char *slash = strrchr(exe, '/');
-	if (!slash)
-		return false;
-	*slash = '\0';
-	return snprintf(buf, len, "%s/%s", exe, rel) < (int)len;
-}
-#endif
-
 /* The directory holding hpalloc_activate.py and the package installed with
  * this hpctl, or NULL. */
 static const char *installed_python_dir(char *buf, size_t len)

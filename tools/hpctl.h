@@ -106,8 +106,9 @@ int cmd_metrics(struct hpctl *c);
 int cmd_list_knobs(struct hpctl *c);
 int cmd_list_choices(struct hpctl *c);
 
-/* hpctl-run.c: a directory configure chose, at the same place relative
- * to this executable as to configure's bindir (moved or DESTDIR trees). */
+/* hpctl-installed.c: a directory configure chose, at the same place
+ * relative to this executable as to configure's bindir (moved or DESTDIR
+ * trees). */
 bool relocated_dir(const char *configured, char *buf, size_t len);
 /* hpctl-preload.c: run --preload.  Checks that LD_PRELOAD can reach
  * COMMAND and appends the preload library to it: 0, or an exit status
