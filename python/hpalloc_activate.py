@@ -21,7 +21,7 @@ is opt-in and installed at start-up).  Whatever does not take
 is said on stderr in one line (and the program runs on); with the
 `verbose` knob >= 1 what took is said too.  For `hpctl run --check`,
 each outcome also goes to the library's activation report
-(hp_report_activation: lib/report.c owns its line, its file and when it
+(hp_report_activation: lib/control/report.c owns its line, its file and when it
 is written at all -- never in secure execution).  In secure execution
 (setuid, setgid: the library's hp_secure_execution decides) neither
 HPALLOC_NUMPY nor HPALLOC_ADAPTERS counts, as no HPALLOC_* variable does.
@@ -65,7 +65,7 @@ def _interpreter():
 
 def _report_line(adapter, ok, detail):
     """The line for `hpctl run --check`, written by the library
-    (hp_report_activation, lib/report.c owns the line, the file's checks
+    (hp_report_activation, lib/control/report.c owns the line, the file's checks
     and secure execution); nothing of it is decided here."""
     write = _report_writer()
     if write is not None:

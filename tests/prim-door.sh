@@ -1,5 +1,5 @@
 #!/bin/bash
-# lib/prim.c is the only door to the kernel (lib/prim.h says what passes
+# lib/door/prim.c is the only door to the kernel (lib/door/prim.h says what passes
 # through it): in the code of lib/ and tools/ (*.c, *.h) but prim.c/.h and
 # in the Python extension's C files (python/hpalloc/**/*.c) -- comments
 # aside --
@@ -220,8 +220,8 @@ if [ "$got" != "$want" ]; then
 fi
 
 status=0
-for f in lib/*.[ch] tools/*.[ch] $(find python/hpalloc -name '*.c' | sort); do
-	case $f in lib/prim.[ch]) continue ;; esac
+for f in lib/*/*.[ch] tools/*.[ch] $(find python/hpalloc -name '*.c' | sort); do
+	case $f in lib/door/prim.[ch]) continue ;; esac
 	out=$(scan "$f")
 	if [ -n "$out" ]; then
 		echo "$out" >&2
@@ -236,7 +236,7 @@ for f in $(find python/hpalloc -name '*.py' | sort); do
 	fi
 done
 if [ $status -ne 0 ]; then
-	echo "the kernel is reached outside lib/prim.c: add a prim_* function (lib/prim.h; lib/private.h for hpctl) and call it; Python asks the library (hpalloc._hpalloc)" >&2
+	echo "the kernel is reached outside lib/door/prim.c: add a prim_* function (lib/door/prim.h; lib/core/private.h for hpctl) and call it; Python asks the library (hpalloc._hpalloc)" >&2
 	exit 1
 fi
-echo "lib/, tools/ and python/hpalloc/ reach /proc, /sys, libnuma and the memory system calls only through lib/prim.c"
+echo "lib/, tools/ and python/hpalloc/ reach /proc, /sys, libnuma and the memory system calls only through lib/door/prim.c"

@@ -1,5 +1,5 @@
 /* hpctl metrics: the entries of `hpctl stats` in Prometheus' text format.
- * The library formats them (hp_proc_prometheus, lib/metrics.c) and reads
+ * The library formats them (hp_proc_prometheus, lib/control/metrics.c) and reads
  * them (hp_proc_list / hp_proc_get): this file only delivers the text.
  *
  *   metrics [PID...]                    on standard output

@@ -208,7 +208,7 @@ static int wait_status(pid_t pid, int *status)
 /* The report: <private directory>/report, named by HPALLOC_REPORT, which
  * every process of the command inherits -- also those that outlive hpctl,
  * once the directory is gone and another user may have made one at its
- * name.  So the writer (lib/report.c's hp_report_activation()) uses it
+ * name.  So the writer (lib/control/report.c's hp_report_activation()) uses it
  * only if the directory is theirs and 0700 and the file a regular file of
  * theirs, opened without following a link or blocking.  The report file's
  * descriptor (the directory's in *dirfd), or -1 after saying why. */

@@ -1,6 +1,6 @@
 /* hpctl stats [PID...] and hpctl top: what the processes using hpalloc
  * publish in <control dir>/proc/<pid>/stats.  The library reads the entries
- * and decides which are stale (hp_proc_list / hp_proc_get, lib/peers.c):
+ * and decides which are stale (hp_proc_list / hp_proc_get, lib/control/peers.c):
  * this file only presents them.
  *
  *   stats          one line per process, largest huge-page user first, and

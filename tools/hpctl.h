@@ -2,8 +2,8 @@
  *
  * hpctl is a thin adapter: every knob is validated, rendered and parsed by
  * the library (hp_knob_*), the control-directory rules come from
- * lib/control.c and lib/securedir.c (hpctl links the library's convenience
- * archive, so the hidden helpers lib/private.h declares are reachable; it
+ * lib/control/control.c and lib/control/securedir.c (hpctl links the library's convenience
+ * archive, so the hidden helpers lib/core/private.h declares are reachable; it
  * includes no other header of lib/), and the per-process entries -- their
  * format and when one is stale -- are read by the library (hp_proc_get /
  * hp_proc_list).
@@ -81,7 +81,7 @@ const char *ctl_dir_path(void);
 /* Open the control directory (create it 0755 when create): fd, or -1 if it
  * does not exist and !create.  Exits 1 if it is refused. */
 int ctl_dir_open(bool create);
-/* The published entry of a process using hpalloc (lib/peers.c reads
+/* The published entry of a process using hpalloc (lib/control/peers.c reads
  * it): 0, or -1 after saying why (a dead one's entry is pruned on the way). */
 int ctl_proc_lookup(pid_t pid, struct hp_proc *proc);
 /* Open <dir>/proc/<pid> of a live hpalloc process (exit 1 otherwise). */

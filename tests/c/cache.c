@@ -331,7 +331,7 @@ static void test_reuse_before_decay(void **state)
 	}
 }
 
-/* The decay learns (lib/cache.c): a fresh mapping soon after a decay
+/* The decay learns (lib/core/cache.c): a fresh mapping soon after a decay
  * doubles the decay in force, up to 32 times the knob; a decay after a
  * whole window (32 times the knob) without one halves it; a knob change
  * starts over.  Decays still come, at the decay in force. */

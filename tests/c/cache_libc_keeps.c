@@ -1,9 +1,9 @@
 /* A cached THP block that libc would have kept resident itself stays
- * resident: no MADV_FREE as it enters the cache (lib/cache.c,
+ * resident: no MADV_FREE as it enters the cache (lib/core/cache.c,
  * libc_would_keep()).  Offering it to the kernel costs every reuse
  * (the next writes set each page's dirty bit again: a 1 MiB temporary took
  * 1.9x its in-place loop), while libc, once it has learnt a size from a
- * free (lib/small.c), serves blocks up to it from its heap and keeps up to
+ * free (lib/core/small.c), serves blocks up to it from its heap and keeps up to
  * twice it free there.  So, each case in a fresh process (libc has learnt
  * nothing yet), the kernel's word (smaps LazyFree) and the advice calls
  * counted:

@@ -1,4 +1,4 @@
-/* The cache's pieces (lib/heap.c): before anything is mapped afresh, a THP
+/* The cache's pieces (lib/core/heap.c): before anything is mapped afresh, a THP
  * request takes the memory the cache already holds -- the front of a larger
  * cached block, cut; or a run of cached pieces lying side by side in one
  * mapping, joined -- and a block that grows by realloc grows in place over

@@ -1,5 +1,5 @@
 /* A thread cancelled while hp_free waits for a populate worker to leave
- * the block (lib/populate.c, issue 27).  populate_forget() waits in
+ * the block (lib/threads/populate.c, issue 27).  populate_forget() waits in
  * pthread_cond_wait, a cancellation point; glibc's free is none, and a
  * thread cancelled there would die holding pop_lock with its block never
  * released: every later fresh block, free of a watched block and fork()

@@ -59,7 +59,7 @@ static int submit_one(struct io_uring *ring)
 		sq->sqe_head = sq->sqe_tail;
 		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
 	}
-	/* hpalloc registers its ring and closes the plain fd (lib/ring.c):
+	/* hpalloc registers its ring and closes the plain fd (lib/threads/ring.c):
 	 * enter through the registered index then, as liburing does */
 	if (ring->int_flags & 1 /* liburing's INT_FLAG_REG_RING */)
 		return io_uring_enter((unsigned)ring->enter_ring_fd, 1, 0, IORING_ENTER_REGISTERED_RING, NULL);

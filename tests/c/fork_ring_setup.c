@@ -8,7 +8,7 @@
  * held open by pausing the janitor right after io_uring_queue_init
  * (fault.c); the descriptors are counted in /proc/self/fd: the child, with
  * its own ring, has as many as the parent with its one (none where the
- * ring fd is registered, lib/ring.c; one where it cannot be). */
+ * ring fd is registered, lib/threads/ring.c; one where it cannot be). */
 #include "harness.h"
 #include "fault.h"
 

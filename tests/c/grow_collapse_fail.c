@@ -5,7 +5,7 @@
  * reclaim holds a page; EINVAL before Linux 6.1).  Then the block moves
  * into a fresh reservation, its whole extents by their page tables, and
  * the used bytes of that extent are copied into a huge page faulted fresh
- * (lib/os.c refault_extent).  Staged with tests/c/fault.c: every byte the
+ * (lib/core/os.c refault_extent).  Staged with tests/c/fault.c: every byte the
  * block held survives -- the copy's last 4 KiB page too, which a copy one
  * page short lost with the whole suite green (issue 45) -- and the extent
  * is on a huge page; and when the reservation or the move is refused as

@@ -152,7 +152,7 @@ bool harness_stat_reaches(int stat, uint64_t value, unsigned ms);
 			harness_skip_cap(harness_pool_cap(pagesize), "%s", why_); \
 	} while (0)
 
-/* ---- what the kernel says, read independently of lib/smaps.c: kernel_view.c */
+/* ---- what the kernel says, read independently of lib/core/smaps.c: kernel_view.c */
 /* struct harness_smaps, harness_smaps_range(), harness_smaps_each() and
  * what "huge" means: tests/c/smaps.h. */
 /* Fails the test unless hp_kernel_backing() agrees with the harness's own
@@ -187,7 +187,7 @@ int harness_huge_vmas(size_t *bytes);
  * -1 unless root: for others the kernel reports every PFN as 0.  (Root
  * failing to read it fails the test.) */
 int harness_pfns(const void *addr, size_t len, uint64_t *pfn);
-/* The janitor starts with the process's first huge block (lib/janitor.c):
+/* The janitor starts with the process's first huge block (lib/threads/janitor.c):
  * unless it runs, one block of the threshold's size (2 MiB at least) is
  * allocated and freed, under the knobs in force. */
 void harness_janitor_start(void);

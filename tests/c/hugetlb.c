@@ -132,7 +132,7 @@ static void test_ctx_pagesize(void **state)
 }
 
 /* mode=auto: hugetlb while the pool can hold the block and keep a free
- * page for fork's copy of each (lib/os.c), then thp -- as smaps says: the
+ * page for fork's copy of each (lib/core/os.c), then thp -- as smaps says: the
  * first block on 2 MiB pages (Private_Hugetlb), the second on a
  * THP-advised mapping with AnonHugePages, no hugetlb page in it. */
 static void test_auto_mode_follows_pool(void **state)

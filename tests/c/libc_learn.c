@@ -1,4 +1,4 @@
-/* What libc would have learnt (lib/small.c): glibc serves a buffer of a
+/* What libc would have learnt (lib/core/small.c): glibc serves a buffer of a
  * size it has seen a program free as an mmapped chunk from its heap from
  * then on; hpalloc's huge frees are replayed to it so that it still learns.
  * Each case runs in a fresh process, whose libc has learnt nothing yet:

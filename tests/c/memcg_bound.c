@@ -1,4 +1,4 @@
-/* The memory cgroup's bound on the cache (lib/memcg.c) in a real memory
+/* The memory cgroup's bound on the cache (lib/core/memcg.c) in a real memory
  * cgroup: the process moves itself into a fresh one with a limit (v1 here,
  * v2 where that has the memory controller), and the kernel's own numbers
  * judge -- the blocks still mapped after their free (/proc/self/maps: the
@@ -25,7 +25,7 @@
  * at exit (the process moved back first), and one a killed run left is
  * removed by the next. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 #include "memcg_util.h"
 
 #include <dirent.h>

@@ -1,4 +1,4 @@
-/* The memory cgroup's bound on the cache (lib/memcg.c) as the files of a
+/* The memory cgroup's bound on the cache (lib/core/memcg.c) as the files of a
  * staged root make it (prim_memcg_root: /proc/self/cgroup, mountinfo and
  * the cgroup directories below it), so every layout and every failure is
  * checked on any machine, while the real janitor, free path and cache run:
@@ -28,7 +28,7 @@
  * <= (limit - usage) / 3 at 25 %, which the janitor reaches within a few
  * rounds. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 
 #include <errno.h>
 #include <malloc.h>

@@ -1,5 +1,5 @@
 /* A move the kernel refuses before it cleared its destination leaves the
- * reservation hpalloc was moving into (lib/prim.c prim_move_into): nothing
+ * reservation hpalloc was moving into (lib/door/prim.c prim_move_into): nothing
  * tells it from a mapping another thread made where the kernel did clear
  * the destination, so it stays for good -- address space, no memory, but
  * one mapping of the map count each.  Repeated refusals (staged with

@@ -460,8 +460,8 @@ static void test_hugetlb_bind_takes_node_pages(void **state)
 }
 
 /* mode=auto plans hugetlb on a policy's pool from the free pages of the
- * nodes it allows minus every reservation (see lib/numa.c), keeping room
- * there for fork's copies of the block (see lib/os.c). */
+ * nodes it allows minus every reservation (see lib/core/numa.c), keeping room
+ * there for fork's copies of the block (see lib/core/os.c). */
 static void test_auto_counts_node_pool(void **state)
 {
 	(void)state;

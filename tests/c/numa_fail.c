@@ -1,5 +1,5 @@
 /* When a block's placement cannot be applied, the block is refused (the
- * documented rule, lib/numa.c): unmapped, counted in numa_refused, and the
+ * documented rule, lib/core/numa.c): unmapped, counted in numa_refused, and the
  * request goes on as if the pool were short -- the fallback knob decides.
  * Each failure is made to happen in a child process under a seccomp filter:
  * mbind refused (as in containers whose profile forbids it), and the

@@ -1,4 +1,4 @@
-/* Which hugetlb pool pages a placement may use (lib/numa.c's rule), on a
+/* Which hugetlb pool pages a placement may use (lib/core/numa.c's rule), on a
  * staged sysfs with two nodes -- so the multi-node logic is checked on a
  * machine with one -- and on this machine's real pool of node 0 (root):
  *   - a bind or an interleave over named nodes counts the free pages of
@@ -9,7 +9,7 @@
  *   - mode=auto (policy.c: choose_pagesize, policy_pool_ready) never plans a page
  *     size whose free pages sit on a node the placement may not use. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Helpers of the NUMA tests (tests/c/numa*.c): what the kernel says about
- * placement, read here independently of lib/numa_maps.c; the nodes of this
+ * placement, read here independently of lib/core/numa_maps.c; the nodes of this
  * machine from sysfs (not libnuma, which the library uses);
  * seccomp filters that make mbind or the fault-in fail. */
 #ifndef HP_TESTS_NUMA_UTIL_H

@@ -1,4 +1,4 @@
-/* Populate ahead (lib/populate.c, issue 27): worker threads fault a fresh
+/* Populate ahead (lib/threads/populate.c, issue 27): worker threads fault a fresh
  * huge block in ahead of a program that touches it from its start, and
  * never commit memory the program does not touch.  What the kernel says
  * (smaps Rss and AnonHugePages of the block, numa_maps), not hpalloc's

@@ -20,7 +20,7 @@
  *     machine they do (skipped, saying so, where the machine is busy with
  *     something else).  An explicit number of workers always works. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 
 #include <pthread.h>
 #include <sched.h>

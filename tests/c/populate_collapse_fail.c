@@ -1,4 +1,4 @@
-/* The populate worker's collapse refused (populate_pages, lib/populate.c
+/* The populate worker's collapse refused (populate_pages, lib/threads/populate.c
  * do_collapse; madvise interposed, fault.h).  A block faulted at 4 KiB
  * first is collapsed by its worker with MADV_COLLAPSE, which can fail:
  *   - ENOMEM (no free huge page, or no room under a memory cgroup's

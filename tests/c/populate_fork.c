@@ -1,4 +1,4 @@
-/* fork() while populate workers are inside a block (lib/populate.c, issue
+/* fork() while populate workers are inside a block (lib/threads/populate.c, issue
  * 27).  fork waits until no worker is inside a job: a worker looks at a
  * chunk before it faults it in, and a fault-in after a fork that came
  * between the two -- the program having written the chunk meanwhile -- is

@@ -1,5 +1,5 @@
 /* A block freed or resized while a populate worker is inside it
- * (lib/populate.c, issue 27).  The rule: no worker touches a block once it
+ * (lib/threads/populate.c, issue 27).  The rule: no worker touches a block once it
  * left the registry -- it may be cached, released, unmapped, its address
  * reused by anyone's mapping.  So hp_free and hp_realloc end the block's
  * job and wait until no worker is inside it.

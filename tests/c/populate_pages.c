@@ -1,5 +1,5 @@
 /* 4 KiB first, huge pages behind the program (issue 35, knob
- * populate_pages, lib/populate.c).  Where a VM reports free pages, a
+ * populate_pages, lib/threads/populate.c).  Where a VM reports free pages, a
  * fresh 2 MiB fault costs several times 2 MiB of 4 KiB faults, so a
  * fresh block may be faulted at 4 KiB first and its populate worker
  * collapses it to 2 MiB pages once the program is done with it.  What the

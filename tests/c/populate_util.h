@@ -1,4 +1,4 @@
-/* Holding hpalloc's populate workers inside a block (lib/populate.c), for
+/* Holding hpalloc's populate workers inside a block (lib/threads/populate.c), for
  * the tests of what the program may do meanwhile: free or resize the
  * block, fork, be cancelled.
  *

@@ -1,4 +1,4 @@
-/* lib/prim.c reads /proc for the rest of the library (prim_proc_lines):
+/* lib/door/prim.c reads /proc for the rest of the library (prim_proc_lines):
  * lines come whole whatever their length, and a failure loses nothing.
  *   - A mapping of a file whose path is about 4000 bytes long: its lines of
  *     /proc/self/maps, smaps and numa_maps are longer than the 4 KiB the
@@ -13,7 +13,7 @@
  *     for the reports too, and no descriptor left open.  mmap allowed
  *     again: the same reads succeed. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -1,5 +1,5 @@
 /* A file written in a shared directory without the kernel's random source
- * (lib/prim.c prim_random; issue 46's textfile, the stats entries): a
+ * (lib/door/prim.c prim_random; issue 46's textfile, the stats entries): a
  * kernel before 3.17, a seccomp filter or a pool not yet initialised
  * refuses getrandom.  syscall(2) is interposed (the executable comes
  * first in symbol lookup) to refuse it, and securedir_write_atomic still
@@ -8,7 +8,7 @@
  * left behind -- also with getrandom back, and with two writers of one
  * file at once, whose fallback names must differ. */
 #include "harness.h"
-#include "../../lib/private.h"
+#include "../../lib/core/private.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -1,5 +1,5 @@
 /* cache_rss_max reads the process's resident memory from /proc/self/statm
- * (lib/smaps.c, hp_self_rss): only while there is something to give back,
+ * (lib/core/smaps.c, hp_self_rss): only while there is something to give back,
  * and a read that fails loses nothing.
  *   - Nothing cached, the process under the bound: the janitor reads
  *     nothing and wakes at its ordinary tick, not every 100 ms.
@@ -28,8 +28,8 @@
 #define STATM "/proc/self/statm"
 #define BLOCK (32 * MiB)
 #define NBLOCKS 4
-#define RSS_TICK_MS 100 /* lib/janitor.c: the bound's period while it watches */
-#define TICK_MS 250     /* lib/janitor.c: the janitor's ordinary period */
+#define RSS_TICK_MS 100 /* lib/threads/janitor.c: the bound's period while it watches */
+#define TICK_MS 250     /* lib/threads/janitor.c: the janitor's ordinary period */
 #define WITHIN_MS 3000
 
 static atomic_int statm_err;
@@ -50,7 +50,7 @@ int open(const char *path, int flags, ...)
 	HARNESS_OPEN_PASS_ON(path, flags);
 }
 
-/* The janitor's thread id (its name, lib/janitor.c), or -1. */
+/* The janitor's thread id (its name, lib/threads/janitor.c), or -1. */
 static long find_janitor(void)
 {
 	DIR *d = opendir("/proc/self/task");

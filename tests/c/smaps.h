@@ -1,10 +1,10 @@
 /* The C tests' one reader of /proc/self/smaps, independent of the library
- * (lib/smaps.c) and of cmocka: linked into tests/c/libharness.la, the
+ * (lib/core/smaps.c) and of cmocka: linked into tests/c/libharness.la, the
  * preload tests' programs (which cannot link the harness) and the soak
  * workload.
  *
  * "Huge" means here what it means in tests/python/hp_memory.py and in
- * lib/smaps.c: the bytes of a mapping on huge pages are
+ * lib/core/smaps.c: the bytes of a mapping on huge pages are
  *     AnonHugePages + ShmemPmdMapped     (THP: anonymous, or the shmem of shared blocks)
  *   + Private_Hugetlb + Shared_Hugetlb   (hugetlb pages, private or shared).
  * FilePmdMapped (THP page cache of regular files) is not counted: hpalloc

@@ -47,7 +47,7 @@ static void test_partial_submit(void **state)
 		uint64_t before = harness_stat(HP_STAT_URING_RELEASES);
 		fault_submit_partial(1);
 		hp_free(a);
-		/* the janitor submits (lib/ring.c: the ring is its alone) */
+		/* the janitor submits (lib/threads/ring.c: the ring is its alone) */
 		for (int i = 0; i < 2000 && fault_submit_partial_left(); i++)
 			harness_sleep_ms(1);
 		bool partial = !fault_submit_partial_left();

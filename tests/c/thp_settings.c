@@ -1,4 +1,4 @@
-/* The kernel's THP settings as lib/thp.c reads them (what `hpctl status`
+/* The kernel's THP settings as lib/threads/thp.c reads them (what `hpctl status`
  * prints), on a staged sysfs directory so every combination is checked on
  * any machine:
  *   - a size serves hpalloc's madvised blocks when its own setting is
@@ -10,7 +10,7 @@
  *   - an unreadable size file is left out, not guessed.
  * And on this machine's real directory: the same sizes as sysfs lists. */
 #include "harness.h"
-#include "../../lib/internal.h"
+#include "../../lib/core/internal.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The kernel's huge page splits, as the library says them (lib/thp.c,
+/* The kernel's huge page splits, as the library says them (lib/threads/thp.c,
  * issue 34): thp_splits_seen and thp_underused_splits_seen count
  * /proc/vmstat's split counters while the process holds THP blocks.
  *   - A split the test itself makes (MADV_COLD on half of a huge page of a

@@ -28,10 +28,10 @@ if ! "$tmp/probe" 2>"$tmp/probe.err"; then
 	exit 77
 fi
 
-# The library's sources, not lib/preload.c: that is libhpalloc-preload.so,
+# The library's sources, not lib/preload/preload.c: that is libhpalloc-preload.so,
 # which defines malloc & co and would take them from ThreadSanitizer.
 lib_srcs=()
-for f in "$srcdir"/lib/*.c; do
+for f in "$srcdir"/lib/*/*.c; do
 	[ "${f##*/}" = preload.c ] || lib_srcs+=("$f")
 done
 # shellcheck disable=SC2086 # $libs is a list of linker flags

@@ -1,6 +1,6 @@
 #!/bin/bash
-# A knob is two places: its entry in enum hp_knob_id (lib/internal.h) and
-# its row in lib/knobs.c's table.  The test-only build (-DHP_TEST_KNOB, see
+# A knob is two places: its entry in enum hp_knob_id (lib/core/internal.h) and
+# its row in lib/core/knobs.c's table.  The test-only build (-DHP_TEST_KNOB, see
 # tests/Makemodule.am) adds the knob test_knob in those two places and
 # nowhere else; everything else must follow by itself: hpctl show, get and
 # --list-knobs; hpctl set and reset, the file in the control directory and

@@ -57,7 +57,7 @@ static void wait_published(void)
 }
 
 /* The library's own polling and publishing come with its janitor thread,
- * which the first huge block starts (lib/janitor.c): map one.  With
+ * which the first huge block starts (lib/threads/janitor.c): map one.  With
  * mode=off there is none, and no janitor. */
 static void start_janitor(void)
 {

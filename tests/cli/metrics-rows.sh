@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every counter the library has is a row of `hpctl metrics`, under a family
 # of the right type, in plain `make check` (issue 45: a row deleted from
-# lib/metrics.c's table went unnoticed wherever prometheus_client, which
+# lib/control/metrics.c's table went unnoticed wherever prometheus_client, which
 # tests/python/test_prometheus.py needs, is not installed).  Driven by the
 # library's own list: the stat lines a running process publishes (publish.c
 # writes one per hp_stat_name), never a copy written here.  A copy of that
@@ -10,7 +10,7 @@
 #   - each counter is exactly one sample, in its base unit (a family in
 #     seconds divides milliseconds or microseconds, any other none);
 #   - a family is a counter if and only if its name ends in _total
-#     (Prometheus' rule, lib/metrics.c's first comment), else a gauge;
+#     (Prometheus' rule, lib/control/metrics.c's first comment), else a gauge;
 #   - no sample of the process is left that is no counter's (but the
 #     knobs' hpalloc_knob_info).
 # Needs python3 alone (its standard library).

@@ -3,7 +3,7 @@
 # process: not one of the command that outlives hpctl, when another user has
 # planted the FIFO at that name after hpctl removed its report, nor one that
 # meets a FIFO in its own directory; and nothing is written into a FIFO that
-# has a reader.  Both writers: a preloaded /bin/true (lib/preload.c) and a
+# has a reader.  Both writers: a preloaded /bin/true (lib/preload/preload.c) and a
 # Python interpreter activating hpalloc (python/hpalloc_activate.py).  A live
 # hpctl run --check still reports.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"

@@ -4,7 +4,7 @@
 # process of the command inherits the name -- also those that outlive hpctl,
 # once hpctl has removed the file and another user may have put something
 # at that name.  These helpers run the two kinds of writer with a given
-# HPALLOC_REPORT: a program under libhpalloc-preload.so (lib/preload.c) and
+# HPALLOC_REPORT: a program under libhpalloc-preload.so (lib/preload/preload.c) and
 # a Python interpreter activating hpalloc (python/hpalloc_activate.py).
 
 PRELOAD_LIB=${HPALLOC_TEST_PRELOAD:-$builddir/lib/.libs/libhpalloc-preload.so}

@@ -5,7 +5,7 @@
 # interpreter given HPALLOC_NUMPY=1 does not activate hpalloc (the Python
 # activation asks the library, hp_secure_execution).  Both writers: a
 # Python interpreter activating hpalloc (python/hpalloc_activate.py) and a
-# program with libhpalloc-preload.so (lib/preload.c; LD_PRELOAD cannot reach
+# program with libhpalloc-preload.so (lib/preload/preload.c; LD_PRELOAD cannot reach
 # a setuid program, so this one is linked against it).  The same copies
 # without the setuid bit, run by root, do append (so the test can fail).
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"

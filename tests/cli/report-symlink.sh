@@ -5,7 +5,7 @@
 # report (here in a shared directory without the sticky bit, where
 # fs.protected_symlinks does not help), nor in the writer's own directory.
 # Root's appends never reach the link's target.  Both writers: a preloaded
-# /bin/true (lib/preload.c) and a Python interpreter activating hpalloc
+# /bin/true (lib/preload/preload.c) and a Python interpreter activating hpalloc
 # (python/hpalloc_activate.py).  A live hpctl run --check still reports.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/report-lib.sh"

@@ -1,6 +1,6 @@
 # hpctl status shows the kernel's THP page sizes -- the PMD size and the
 # multi-size THP ones (Linux 6.8+), each with its own setting -- and which
-# of them serve hpalloc's madvised blocks, as the library (lib/thp.c) reads
+# of them serve hpalloc's madvised blocks, as the library (lib/threads/thp.c) reads
 # them.  As root it switches the 64 KiB size on for madvised memory
 # (restored here and by tests/run-test) and checks that status follows and
 # that a mid-sized block (1.5 MiB, too small for a 2 MiB page) then gets

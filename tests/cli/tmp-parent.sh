@@ -3,7 +3,7 @@
 # directory in /tmp, as /tmp/hpalloc-<uid> (fresh-user.sh), and only if
 # /tmp is root's and sticky: in a /tmp anyone may write to without the
 # sticky bit, or one that is another user's, someone else could remove or
-# replace the directory under the user's processes (lib/securedir.c
+# replace the directory under the user's processes (lib/control/securedir.c
 # check_parent).  Dropping that check left the suite green (issue 45), as
 # no test could give /tmp another owner or mode.  Here a mount namespace
 # does: a tmpfs over /tmp, root's 0777, daemon's 1777, then root's 1777,

@@ -1,5 +1,5 @@
 /* Fuzz target: NUMA policies and node lists, numa_parse() and
- * numa_format() (lib/numa.c, the grammar behind the numa knob and
+ * numa_format() (lib/core/numa.c, the grammar behind the numa knob and
  * hp_ctx_numa), on raw words: the knob target reaches them only through
  * the knob's one-word trimming.
  *

@@ -1,5 +1,5 @@
 /* Fuzz target: the per-process stats file, <control dir>/proc/<pid>/stats,
- * which another process writes (format: lib/internal.h), as the library
+ * which another process writes (format: lib/core/internal.h), as the library
  * reads it -- peers_read(), hp_proc_get(), hp_proc_list(), with the
  * staleness rule that may remove the entry -- and as hpctl shows it
  * (`hpctl stats`, `stats --long`, `stats --json`, run in-process).

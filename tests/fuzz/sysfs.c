@@ -1,9 +1,9 @@
 /* Fuzz target: the kernel files the library reads through a staged sysfs
- * root (what tests use): THP settings and sizes (lib/thp.c: thp_setting,
+ * root (what tests use): THP settings and sizes (lib/threads/thp.c: thp_setting,
  * thp_sizes, multi-size THP directories) and hugetlb pool counters
- * (lib/prim.c: prim_pool_counter); and, through the same directory staged
+ * (lib/door/prim.c: prim_pool_counter); and, through the same directory staged
  * as the cgroup root (prim_memcg_root), the memory cgroup's files
- * (lib/memcg.c: proc/self/cgroup, proc/self/mountinfo, the cgroup
+ * (lib/core/memcg.c: proc/self/cgroup, proc/self/mountinfo, the cgroup
  * directories a mount line leads to).  The kernel is no adversary, but
  * these readers are cheap to fuzz and `hpctl status` prints what they
  * return, or the cache's bound follows from them.

@@ -5,7 +5,7 @@
 # the redirection replaced it, and the janitor spun on io_uring_enter
 # failing (bash -c 'exec 3>/dev/null; sleep 2' at 87 % CPU) while the
 # script's freed blocks stayed in the ring.  Now the ring has no descriptor
-# in the table (lib/ring.c): the script finishes, its large blocks are
+# in the table (lib/threads/ring.c): the script finishes, its large blocks are
 # hpalloc's, and the process burns no CPU while it sleeps.
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 

@@ -4,7 +4,7 @@
 # process with more than one thread (EINVAL), and main before the fix
 # started hpalloc's janitor in every preloaded process's constructor:
 # "unshare: unshare failed: Invalid argument".  The janitor now comes with
-# the first huge block only (lib/janitor.c).
+# the first huge block only (lib/threads/janitor.c).
 . "${srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 
 preload_test_start

@@ -3,7 +3,7 @@
 independently of hpalloc (never asks the library).  Every test, every child
 script the tests start and the soak driver read memory through it.
 
-"Huge" means one thing (huge_of), as in tests/c/smaps.h and lib/smaps.c:
+"Huge" means one thing (huge_of), as in tests/c/smaps.h and lib/core/smaps.c:
 the bytes of a mapping on huge pages are
     AnonHugePages + ShmemPmdMapped     (THP: anonymous, or the shmem of shared blocks)
   + Private_Hugetlb + Shared_Hugetlb   (hugetlb pages, private or shared).

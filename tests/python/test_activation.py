@@ -233,7 +233,7 @@ except ValueError as exc:
 
 def test_the_activation_report_line_is_the_librarys(tmp_path):
     """hpalloc_activate's lines for `hpctl run --check` are written by the
-    library (lib/report.c): one line each, cut to the length hpctl reads
+    library (lib/control/report.c): one line each, cut to the length hpctl reads
     (REPORT_LINE_MAX, 1024), and an adapter name that is not one word is
     refused rather than written."""
     private = tmp_path / "rep"

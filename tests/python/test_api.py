@@ -84,7 +84,7 @@ print(said.group(1), most // 50)
 
 
 def test_decay_growth_in_the_help_is_the_growth_the_cache_learns():
-    """cache_decay_ms's help says how far the learned decay grows (lib/cache.c,
+    """cache_decay_ms's help says how far the learned decay grows (lib/core/cache.c,
     CACHE_DECAY_GROWTH): a program that maps afresh right after every decay
     drives it there, and no further."""
     said, reached = run_python(DECAY_LEARNS).stdout.split()

@@ -235,7 +235,7 @@ def test_signal_while_a_pool_grows(root, monkeypatch):
     old = signal.signal(signal.SIGTERM, nb.raise_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
-            machine.reserve(2 * nb.MiB, 16)
+            machine.reserve_plan({2 * nb.MiB: 16})
             # the signal is delivered once the pool's size is counted
             raise AssertionError("no interrupt")
         grown = pool_2m()

@@ -10,7 +10,7 @@ free pages of a 4-page pool: the parent's write took each page away from
 the workers (the kernel does so when the owner cannot copy), the workers
 died of SIGBUS at their next read, and the Pool never answered.  NumPy's
 own memory runs the same program to the end.  Now mode=auto takes hugetlb
-pages only while the pool keeps room for a copy of each (lib/os.c): on the
+pages only while the pool keeps room for a copy of each (lib/core/os.c): on the
 4-page pool the array is THP; on an 8-page pool it is hugetlb and the
 copies come from the room."""
 

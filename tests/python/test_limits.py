@@ -243,7 +243,7 @@ def test_fill_after(version, case, activation):
 # written after another thread's reading of the cgroup (make check-loop
 # runs this case again and again).  The limit hits are printed,
 # not judged: with NumPy 1.x glibc holds no such memory, the cache keeps a
-# share of the headroom (lib/memcg.c) and the kernel takes some of it back
+# share of the headroom (lib/core/memcg.c) and the kernel takes some of it back
 # (MADV_FREE) as the churn grows -- a speed question, which make bench's
 # row answers.  tests/c/memcg_libc_hole.c shows the mechanism every time.
 REUSE = STATS + textwrap.dedent("""

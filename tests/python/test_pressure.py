@@ -8,7 +8,7 @@ hpalloc under `hpctl run`, `hpctl run --preload` and
 keeps the freed GiB in the cache throughout, and a child forked after the
 free must run it in the same cgroup while its parent's cache holds the GiB.
 Two layers keep the process alive and unthrottled.  The cache keeps at
-most a quarter of the cgroup's headroom (lib/cache.c; the cache_memcg knob): the
+most a quarter of the cgroup's headroom (lib/core/cache.c; the cache_memcg knob): the
 freed GiB is given back at once, so the cgroup's peak is no higher than
 under NumPy's default (plus MARGIN) and its charge never hits the limit more
 often -- before, the cache kept the GiB and the cgroup sat at its limit

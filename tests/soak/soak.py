@@ -65,7 +65,7 @@ import hp_memory  # noqa: E402  (the tests' one reader of smaps)
 import hp_pools  # noqa: E402  (the tests' one hugetlb pool fixture)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-TICK = 0.25             # the janitor's tick (lib/janitor.c TICK_MS)
+TICK = 0.25             # the janitor's tick (lib/threads/janitor.c TICK_MS)
 FENCE_TIMEOUT = 5.0     # a parked process's janitor publishes within a tick
 PARK_TIMEOUT = 90.0     # a fork child may take long under load (its alarm: 50 s)
 
@@ -529,7 +529,7 @@ class Soak:
         """Parked, nothing allocates: with cache_decay_ms = D set, after D and two ticks every
         cached block must have decayed."""
         # a value other than the one in force: the change is what starts the decay in
-        # force over from the knob (lib/cache.c), forgetting what it learnt
+        # force over from the knob (lib/core/cache.c), forgetting what it learnt
         d = self.canon[("cache_decay_ms", self.rng.choice(
             [v for v in ["0", "50", "200", "500"] if v != self.expected.get("cache_decay_ms")]))]
         self.ctl("set", "cache_decay_ms=%s" % d)

@@ -23,7 +23,7 @@
  * on 4 KiB pages.  Whose pages the kernel split /proc/vmstat does not say,
  * only that it did: thp_watch_splits() (the janitor's) counts the splits
  * seen while this process holds THP blocks, and hpctl stats says so. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -114,7 +114,7 @@
  *     bind, interleave or preferred block gets its pages where its policy
  *     says whoever faults; for default and local blocks the worker takes
  *     on the allocating thread's policy and node first (numa.c). */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <signal.h>
 #include <stdlib.h>

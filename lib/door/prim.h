@@ -25,6 +25,8 @@
 #ifndef HP_PRIM_H
 #define HP_PRIM_H
 
+#include "../base.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 

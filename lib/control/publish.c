@@ -20,7 +20,7 @@
 #include "config.h"
 #endif
 
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <dirent.h>
 #include <stdarg.h>

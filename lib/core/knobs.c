@@ -327,7 +327,7 @@ static void format_pagesize(const struct knob_desc *k, uint64_t v, char *buf, si
 		hp_format_size(v, buf, len);
 }
 
-/* numa: a placement policy (lib/numa.c owns the grammar). */
+/* numa: a placement policy (lib/core/numa.c owns the grammar). */
 static int parse_numa(const struct knob_desc *k, const char *word, uint64_t *out, char *why, size_t wl)
 {
 	(void)k;

@@ -34,7 +34,7 @@
 #include "config.h"
 #endif
 
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -42,14 +42,14 @@
  *   control directory) in a well-defined context, not in whatever
  *   allocation happens to come first.  It starts no thread: like glibc's
  *   malloc, hpalloc starts its janitor only when there is work for it, at
- *   the first huge block (lib/janitor.c).  A program whose allocations all
+ *   the first huge block (lib/threads/janitor.c).  A program whose allocations all
  *   stay below the threshold remains a process of one thread -- one that
  *   may still unshare(CLONE_NEWUSER), as bwrap and rootless containers do
  *   -- and appears in `hpctl stats` from its first huge block on.
  *
  * Cancellation
  *   glibc's malloc & co are no cancellation points; hpalloc's entry points
- *   called here are none either (lib/internal.h, HP_NOCANCEL_BEGIN), and
+ *   called here are none either (lib/core/internal.h, HP_NOCANCEL_BEGIN), and
  *   the small path below the threshold never leaves glibc.
  */
 #include "hpalloc.h"

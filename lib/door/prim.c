@@ -35,7 +35,7 @@
  *     leaves errno as it found it (a missing file is an answer, not an
  *     error of the caller's); a /proc reader fails with the kernel's
  *     errno (its caller says what a missing /proc means). */
-#include "internal.h"
+#include "prim.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -21,7 +21,7 @@
 #include "config.h"
 #endif
 
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -24,7 +24,7 @@
 #include "config.h"
 #endif
 
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

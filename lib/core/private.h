@@ -1,7 +1,7 @@
 /* The library's private functions hpctl calls: the one interface between
  * lib/ and tools/ beyond the public hpalloc.h.  Not installed.  hpctl links
  * the library's convenience archive (lib/libhpalloc-core.la), so these
- * hidden symbols resolve for it; lib/internal.h includes this header, so
+ * hidden symbols resolve for it; lib/core/internal.h includes this header, so
  * each is declared once.  Each is here because hpctl must apply the very
  * rule the library applies (where the control directory is, what makes a
  * directory or file trustworthy, a knob's environment variable, the
@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define HP_HIDDEN __attribute__((visibility("hidden")))
+#include "../base.h" /* HP_HIDDEN */
 
 /* ---- lifecycle.c ---------------------------------------------------------------- */
 HP_HIDDEN void lifecycle_tool_mode(void); /* hpctl: read-only, no janitor */

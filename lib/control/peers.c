@@ -23,7 +23,7 @@
 #include "config.h"
 #endif
 
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <dirent.h>
 #include <errno.h>

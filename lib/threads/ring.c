@@ -58,7 +58,7 @@
  * touching the queues (ring_fork); it never had the parent's registration
  * (the kernel does not copy a task's io_uring context to a child).  Its own
  * janitor, if it gets one, sets up a new ring. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * there: so nothing in secure execution, the directory must be ours and
  * private (0700, not a symbolic link), and the file a regular file of ours,
  * opened without following a link, creating it, or blocking (a FIFO). */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <fcntl.h>
 #include <stdio.h>

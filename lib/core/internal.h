@@ -2,8 +2,23 @@
  * docs/architecture.md follows hp_malloc, hp_free, realloc and the janitor
  * through these files and gives the lock order.
  *
- * Who owns what:
+ * Who owns what, by layer (one folder each; a layer calls the layers
+ * below it, tests/layers.sh says which calls still run up and fails on any
+ * other; docs/architecture.md, "The layers"):
+ *
+ * lib/base.h   the words every layer shares: sizes, alignment, visibility
+ *
+ * door/ -- the kernel
+ *   prim.c     the only door to the kernel: every memory system call (the
+ *              io_uring entries of ring.c's releases too), every read of
+ *              sysfs and /proc (prim.h; private.h: hpctl's); calls nothing
+ *              of lib/
+ *
+ * core/ -- the allocator, and the measures its decisions take
  *   knobs.c    the knob table: parse, print, layers (default < control < env < process)
+ *   stats.c    counters
+ *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit,
+ *              the secure-execution test (hp_secure_exec)
  *   heap.c     hp_malloc & co: routing by size and address, block sourcing
  *              (cache, pieces, fresh mappings, fallback), realloc,
  *              allocation through a context (hp_ctx_malloc & co),
@@ -24,27 +39,16 @@
  *   os.c       private blocks' mappings: THP alignment, the guard after each
  *              block, cut, join, grow; hugetlb page sizes, how full their
  *              pools are, how many pages this process's hugetlb blocks hold
- *   prim.c     the only door to the kernel: every memory system call (the
- *              io_uring entries of ring.c's releases too), every read of
- *              sysfs and /proc (prim.h; private.h: hpctl's)
- *   thp.c      the kernel's THP settings (and multi-size THP): which page
- *              sizes serve hpalloc's madvised mappings; the splits the
- *              kernel made while we held THP blocks (/proc/vmstat)
  *   cache.c    size-bucketed reuse cache of huge blocks, and all it may
- *              keep and when it gives back: cache_max, decay, the memory
- *              cgroup's share, cache_rss_max, blocks left resident; before
- *              a fresh mapping, on free, the janitor's watch
+ *              keep and when it gives back (room_now): cache_max, decay,
+ *              the memory cgroup's share, cache_rss_max, blocks left
+ *              resident; before a fresh mapping, on free, the janitor's watch
  *   memcg.c    the process's memory cgroup, measured: which one, its limit,
  *              its working set (usage less inactive page cache), what is
- *              free under it (cache.c's and populate.c's rules use it)
+ *              free under it; the bounds on the process's memory as one
+ *              answer (memcg_bounded, memcg_room)
  *   release.c  blocks on their way back to the kernel: who owns them, which
  *              way they go (ring or synchronous), drain
- *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
- *   janitor.c  the background thread and its schedule: reaping, decay,
- *              control polling, stats publishing
- *   populate.c  worker threads faulting fresh blocks in ahead of a program
- *              touching them from their start (readahead-like)
- *   stats.c    counters
  *   smaps.c    what the kernel says (/proc/self/smaps, statm: prim.c reads)
  *   numa.c     NUMA placement: the numa knob's policies, the nodes there
  *              are, which pool pages a policy may use, which policy a block
@@ -52,21 +56,32 @@
  *   numa_maps.c  what the kernel says about placement (/proc/self/numa_maps,
  *              prim.c reads)
  *   shared.c   shared blocks: memfd huge pages other processes map
- *   lifecycle.c  lazy init, the fork hooks of every module (one table), exit,
- *              the secure-execution test (hp_secure_exec)
+ *   private.h  the library's hidden functions hpctl may call (with the
+ *              public hpalloc.h, all hpctl sees of lib/)
+ *
+ * control/ -- the control plane: what other processes and hpctl see
+ *   control.c  control directory: where it is, live reload of knob files
  *   securedir.c  the rules a directory or file must pass before hpalloc
  *              trusts it, and atomic writes: for control.c, publish.c,
  *              peers.c and hpctl
- *   control.c  control directory: where it is, live reload of knob files
  *   publish.c  per-process stats file: writing it (format: below)
+ *   peers.c    reading those files back (hp_proc_*), when one is stale
+ *   metrics.c  those entries in Prometheus' text format (hp_proc_prometheus)
  *   report.c   the activation report of `hpctl run --check`: its line,
  *              written (hp_report_activation) and read (report_parse_line)
- *   peers.c      reading those files back (hp_proc_*), when one is stale
- *   metrics.c  those entries in Prometheus' text format (hp_proc_prometheus)
- *   private.h  the library's hidden functions hpctl may call (with the
- *              public hpalloc.h, all hpctl sees of lib/)
- *   preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc & co
- *              interposed, on the public API alone (hp_huge_*, hp_owns)
+ *
+ * threads/ -- hpalloc's own threads, and what only they measure
+ *   janitor.c  the background thread and its schedule: reaping, decay,
+ *              control polling, stats publishing
+ *   ring.c     the io_uring: probe, setup, submit, reap (transport only)
+ *   populate.c  worker threads faulting fresh blocks in ahead of a program
+ *              touching them from their start (readahead-like)
+ *   thp.c      the kernel's THP settings (and multi-size THP): which page
+ *              sizes serve hpalloc's madvised mappings; the splits the
+ *              kernel made while we held THP blocks (/proc/vmstat)
+ *
+ * preload/preload.c  not part of libhpalloc: libhpalloc-preload.so, malloc
+ *              & co interposed, on the public API alone (hp_huge_*, hp_owns)
  *
  * Who may touch a huge block when: see the top of release.c (live in
  * registry.c, cached in cache.c, releasing in release.c; exactly one at a
@@ -76,8 +91,9 @@
 #define HP_INTERNAL_H
 
 #include "hpalloc.h"
-#include "private.h" /* what hpctl may call too */
-#include "prim.h"    /* the kernel calls: memory syscalls, sysfs, /proc */
+#include "../base.h"      /* sizes, alignment, visibility */
+#include "private.h"      /* what hpctl may call too */
+#include "../door/prim.h" /* the kernel calls: memory syscalls, sysfs, /proc */
 
 #include <errno.h>
 #include <pthread.h>
@@ -86,26 +102,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-
-#define HP_KiB ((size_t)1 << 10)
-#define HP_MiB ((size_t)1 << 20)
-#define HP_GiB ((size_t)1 << 30)
-#define HP_SMALL_ALIGN 64
-#define HP_THP_SIZE (2 * HP_MiB)
-#define HP_BASE_PAGE ((size_t)4096)
-
-#define HP_STRINGIFY_(x) #x
-#define HP_STRINGIFY(x) HP_STRINGIFY_(x) /* a macro's value as a string literal */
-
-static inline size_t hp_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
-
-/* Successful calls leave errno as they found it: public functions whose
- * work may set errno on the way (probes, fallbacks, lazy init) save it on
- * entry and put it back before a successful return. */
-#define HP_ERRNO_SAVE const int hp_saved_errno_ = errno
-#define HP_ERRNO_RESTORE (errno = hp_saved_errno_)
 
 /* ---- knobs.c ---------------------------------------------------------- */
 enum hp_knob_id {

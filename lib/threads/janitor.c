@@ -34,7 +34,7 @@
  * synchronous; the cache decays on the free path instead (heap.c), live
  * reload of the control directory is off.  It is not tried again.  The
  * gauges janitor_active and uring_active say which it is. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <signal.h>
 #include <string.h>
