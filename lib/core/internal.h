@@ -579,15 +579,23 @@ HP_HIDDEN void release_drain(void);        /* until nothing is releasing */
 HP_HIDDEN void release_pump(void);         /* janitor: pending into the ring */
 HP_HIDDEN void release_entry_done(struct hp_block *b, int res); /* ring.c */
 HP_HIDDEN void release_abandon_ring(void); /* ring.c: a gone ring's lost completions */
+/* The asynchronous way a layer above lends release.c: ring.c's io_uring,
+ * once the janitor has set it up.  Until one is lent, and whenever it
+ * does not take blocks, releases are synchronous. */
+struct release_way {
+	bool (*takes)(void);               /* any thread: set up, not gone, no backlog */
+	size_t (*entries)(size_t len);     /* entries a block of len needs */
+	/* rel_lock held: prepare b's entries; false if none could be prepared
+	 * (no room, backlog, gone), b untouched */
+	bool (*queue)(struct hp_block *b);
+	void (*kick)(void);                /* pending blocks wait: wake whoever pumps */
+};
+HP_HIDDEN void release_lend(const struct release_way *w);
 
 /* ---- ring.c: the janitor thread's alone (ring.c says why; ring_probe: private.h) -- */
-HP_HIDDEN void ring_start(void);           /* set up, unplug its fd, then ready */
-HP_HIDDEN bool ring_ready(void);           /* any thread: set up, not gone */
+/* Set up, unplug its fd, then ready, and lent to release.c. */
+HP_HIDDEN void ring_start(void);
 HP_HIDDEN bool ring_backlogged(void);      /* any thread: a submit failed, retry pending */
-HP_HIDDEN size_t ring_entries(size_t len);  /* entries a block of len needs */
-/* rel_lock held: prepare b's entries; false if none could be prepared
- * (no room, backlog, gone), b untouched. */
-HP_HIDDEN bool ring_queue(struct hp_block *b);
 HP_HIDDEN void ring_submit(void);          /* what is prepared, a backlog */
 /* Wait up to timeout_ms for a completion while the kernel has entries,
  * then reap; false if it did not wait (the caller waits elsewhere). */

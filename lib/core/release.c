@@ -23,7 +23,9 @@
  * Which way a block goes: the ring when the janitor has set one up (it
  * reaps), the `uring` knob is on, the ring is not backlogged by a failed
  * submit and the process is in no memory cgroup with a limit; else
- * synchronously, in the calling thread.  Under a limit, memory in flight
+ * synchronously, in the calling thread.  This file knows no ring: ring.c
+ * (threads/) lends it one, as a struct release_way, once the janitor has
+ * set it up (release_lend); until then every release is synchronous.  Under a limit, memory in flight
  * stays charged until the ring is done, and a fresh block faulted
  * meanwhile gets pages the host took back (cold: 3-4x dearer here) instead
  * of those: make bench's reuse-pressure row had 190-280 ms rounds against
@@ -42,6 +44,12 @@ static pthread_cond_t drained = PTHREAD_COND_INITIALIZER;
 static struct hp_block *pending;  /* linked by next */
 static struct hp_block *in_ring;  /* linked by ring_prev/ring_next */
 static _Atomic bool busy;         /* either list non-empty (lock-free peek) */
+static _Atomic(const struct release_way *) way; /* the ring lent, or NULL */
+
+void release_lend(const struct release_way *w)
+{
+	atomic_store_explicit(&way, w, memory_order_release);
+}
 
 static void update_busy_locked(void)
 {
@@ -78,9 +86,9 @@ static void unmap_locked(struct hp_block *b)
 	free(b);
 }
 
-static void ring_link_locked(struct hp_block *b)
+static void ring_link_locked(const struct release_way *w, struct hp_block *b)
 {
-	b->entries_left = ring_entries(b->map.len);
+	b->entries_left = w->entries(b->map.len);
 	b->ring_prev = NULL;
 	b->ring_next = in_ring;
 	if (in_ring)
@@ -98,19 +106,21 @@ static void ring_unlink_locked(struct hp_block *b)
 		b->ring_next->ring_prev = b->ring_prev;
 }
 
-static bool ring_wanted(bool sync)
+/* The ring lent, when it takes blocks now and they may go that way. */
+static const struct release_way *ring_wanted(bool sync)
 {
-	return !sync && ring_ready() && !ring_backlogged() &&
-	       hp_knob(KNOB_URING) && !memcg_limited();
+	const struct release_way *w = atomic_load_explicit(&way, memory_order_acquire);
+	return !sync && w && w->takes() && hp_knob(KNOB_URING) && !memcg_limited() ? w : NULL;
 }
 
 /* rel_lock held: into the ring (linked first: it is the ring's from its
  * first prepared entry), else unmapped right here.  The janitor's only. */
 static void send_locked(struct hp_block *b)
 {
-	if (ring_wanted(false)) {
-		ring_link_locked(b);
-		if (ring_queue(b)) {
+	const struct release_way *w = ring_wanted(false);
+	if (w) {
+		ring_link_locked(w, b);
+		if (w->queue(b)) {
 			stat_add(HP_STAT_URING_RELEASES, 1);
 			return;
 		}
@@ -126,8 +136,9 @@ void release_flush(bool sync)
 {
 	if (!atomic_load_explicit(&busy, memory_order_relaxed))
 		return;
-	if (ring_wanted(sync)) {
-		janitor_wake();
+	const struct release_way *w = ring_wanted(sync);
+	if (w) {
+		w->kick();
 		return;
 	}
 	pthread_mutex_lock(&rel_lock);
@@ -153,8 +164,6 @@ void release_pump(void)
 		update_busy_locked();
 		pthread_mutex_unlock(&rel_lock);
 	}
-	ring_submit();   /* what was prepared, and a backlog */
-	ring_collect();  /* a ring that is gone gives back what it held */
 }
 
 /* Janitor thread: one entry of b is done.  If madvise failed, munmap frees

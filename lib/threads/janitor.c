@@ -106,7 +106,9 @@ static void *janitor_main(void *arg)
 		thp_watch_splits(atomic_load_explicit(&hp_counters[HP_STAT_THP_LIVE_BYTES], memory_order_relaxed) ||
 				 atomic_load_explicit(&hp_counters[HP_STAT_CACHED_BYTES], memory_order_relaxed));
 		publish_update();
-		release_pump();
+		release_pump();  /* what other threads left pending, into the ring */
+		ring_submit();   /* what was prepared, and a backlog */
+		ring_collect();  /* a ring that is gone gives back what it held */
 		uint64_t wait = next_wait_ms(deadline, watch);
 		if (!ring_wait(wait)) /* nothing the kernel is working on */
 			wait_cond(wait);

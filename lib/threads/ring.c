@@ -184,7 +184,7 @@ bool ring_probe(char *why, size_t len)
 #endif
 }
 
-bool ring_ready(void)
+static bool ring_ready(void)
 {
 	return atomic_load_explicit(&ready, memory_order_acquire);
 }
@@ -193,6 +193,8 @@ bool ring_backlogged(void)
 {
 	return atomic_load_explicit(&backlogged, memory_order_relaxed);
 }
+
+static const struct release_way ring_way; /* below: what release.c is lent */
 
 /* Setup, unplugging and setting `ready` under sq_lock, which the fork hook
  * takes: a fork finds no ring or a ready one, never one set up but not
@@ -212,6 +214,7 @@ void ring_start(void)
 		prepared = completed = 0;
 		atomic_store_explicit(&ready, true, memory_order_release);
 		atomic_store_explicit(&hp_counters[HP_STAT_URING_ACTIVE], 1, memory_order_relaxed);
+		release_lend(&ring_way); /* release.c may send blocks this way from now on */
 	}
 	pthread_mutex_unlock(&sq_lock);
 	if (!ok)
@@ -221,6 +224,8 @@ void ring_start(void)
 	else
 		hp_log(2, "io_uring ready on fd %d (%s): if the program closes it, releases "
 		       "become synchronous", ring.ring_fd, unplug_why);
+#else
+	(void)ring_way; /* never lent: every release is synchronous */
 #endif
 }
 
@@ -272,12 +277,12 @@ static void submit_locked(void)
 }
 #endif
 
-size_t ring_entries(size_t len)
+static size_t ring_entries(size_t len)
 {
 	return (len + ENTRY_BYTES - 1) / ENTRY_BYTES;
 }
 
-bool ring_queue(struct hp_block *b)
+static bool ring_queue(struct hp_block *b)
 {
 #ifdef HAVE_LIBURING
 	size_t entries = ring_entries(b->map.len);
@@ -305,6 +310,22 @@ bool ring_queue(struct hp_block *b)
 	return false;
 #endif
 }
+
+/* Any thread: the ring takes blocks now -- set up, not gone, and no
+ * failed submit waiting to be retried. */
+static bool ring_takes(void)
+{
+	return ring_ready() && !ring_backlogged();
+}
+
+/* What release.c is lent (ring_start): the janitor pumps the blocks left
+ * pending into the ring, so a kick wakes it. */
+static const struct release_way ring_way = {
+	.takes = ring_takes,
+	.entries = ring_entries,
+	.queue = ring_queue,
+	.kick = janitor_wake,
+};
 
 void ring_submit(void)
 {
