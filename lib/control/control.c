@@ -379,7 +379,8 @@ int control_dir_kind(void)
  * child our pid changed, so the next poll looks at our own (absent)
  * override directory and drops the parent's per-process overrides.  ctl.lock
  * nests outside publish.c's lock (poll_override asks publish_claimed()):
- * lifecycle.c's table calls control_fork before publish_fork. */
+ * the control part's fork hook (control_layer_fork, below) calls
+ * control_fork before publish_fork. */
 void control_fork(int phase)
 {
 	fork_mutex(&ctl.lock, phase);
@@ -397,4 +398,27 @@ void hp_control_reload(void)
 	pthread_mutex_unlock(&ctl.lock);
 	HP_NOCANCEL_END;
 	HP_ERRNO_RESTORE;
+}
+
+/* ---- the control plane joins the core (internal.h: "the layers above join") ------- */
+
+static void control_layer_fork(int phase)
+{
+	/* ctl.lock nests outside publish.c's (poll_override asks publish_claimed) */
+	static void (*const hooks[])(int) = {control_fork, publish_fork};
+	fork_in_order(hooks, sizeof(hooks) / sizeof(hooks[0]), phase);
+}
+
+static const struct hp_part control_part = {
+	.init = control_init,
+	.fork = control_layer_fork,
+	.exit = publish_exit,
+	.tool_mode = publish_disable,
+};
+
+const int hp_control_joins = 1; /* the anchor AM_LDFLAGS names */
+
+__attribute__((constructor)) static void control_join(void)
+{
+	hp_join(SLOT_CONTROL, &control_part);
 }

@@ -736,7 +736,7 @@ static void filled(void)
 	atomic_thread_fence(memory_order_seq_cst); /* the count, then rss_idle: see rss_quiet */
 	if (atomic_load_explicit(&rss_idle, memory_order_relaxed) &&
 	    atomic_exchange_explicit(&rss_idle, false, memory_order_relaxed))
-		janitor_wake();
+		background_wake();
 }
 
 /* Whether the bound has nothing to look at (see rss_idle). */

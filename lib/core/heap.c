@@ -101,7 +101,7 @@ static struct hp_block *new_block(struct hp_plan p, size_t size, hp_numa_t numa,
 	pthread_mutex_lock(&hp_heap_lock);
 	cache_missed(hp_now_ms()); /* the decay learns from fresh mappings */
 	pthread_mutex_unlock(&hp_heap_lock);
-	janitor_start(); /* a huge block: now there is work for it (janitor.c) */
+	background_start(); /* a huge block: now there is work for the janitor */
 	return b;
 }
 
@@ -200,7 +200,7 @@ void *huge_try(size_t size, const struct hp_ctx *ctx, bool zero, bool *to_small)
 	if (zero && cached && b->dirty) /* fresh anonymous memory is zero */
 		memset(b->map.addr, 0, size);
 	if (!cached)
-		populate_fresh(&b->map); /* before anyone else can free it */
+		background_fresh(&b->map); /* before anyone else can free it */
 	b->origin = origin_of(ctx);
 	HP_ERRNO_RESTORE;
 	return make_live(b);
@@ -238,7 +238,7 @@ static void retire_locked(struct hp_block *b)
 		release_adopt(b);
 	else
 		cache_put(b, now);
-	if (!janitor_running())
+	if (!background_running())
 		cache_expire(now, &deadline);
 }
 
@@ -289,7 +289,7 @@ void hp_free(void *ptr)
 	HP_ERRNO_SAVE;
 	HP_NOCANCEL_BEGIN; /* the cache's decay logs with hp_heap_lock held */
 	size_t base_off, base_len;
-	populate_forget(ptr, &base_off, &base_len); /* no worker inside it from here on */
+	background_forget(ptr, &base_off, &base_len); /* no worker inside it from here on */
 	struct hp_block *b = reg_find(ptr, false);
 	if (b && !inherited(b))
 		cache_before_put(b, base_off, base_len); /* still live: the caller's alone */
@@ -373,7 +373,7 @@ void *resize_in_place(struct hp_block *b, size_t size, const struct hp_ctx *ctx)
 	}
 	if (b->map.backend != HP_BACKEND_THP || forced(ctx))
 		return NULL;
-	populate_forget(b->map.addr, NULL, NULL); /* it may move, its pages as they are */
+	background_forget(b->map.addr, NULL, NULL); /* it may move, its pages as they are */
 	pthread_mutex_lock(&hp_heap_lock);
 	reg_find(b->map.addr, true);
 	pthread_mutex_unlock(&hp_heap_lock);

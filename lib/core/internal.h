@@ -664,8 +664,11 @@ static inline void *fail_enomem(void)
  * repairs its state for a process with one thread.  lifecycle.c calls the
  * hooks from one table, in the order the code nests the locks (init >
  * control > publish > knobs > heap > shared > release > ring > janitor >
- * populate > stats > memcg > registry.c's reg_lock, under which nothing is called), the parent
- * and child phases in reverse order. */
+ * populate > stats > memcg > registry.c's reg_lock, under which nothing is
+ * called), the parent and child phases in reverse order; the layers above
+ * the core hold their slots in it (control, publish: SLOT_CONTROL; ring,
+ * janitor, populate: SLOT_THREADS) and call their own hooks in that
+ * order (fork_in_order). */
 enum hp_fork_phase { FORK_PREPARE, FORK_PARENT, FORK_CHILD };
 static inline void fork_mutex(pthread_mutex_t *m, int phase)
 {
@@ -713,6 +716,100 @@ static inline void hp_nocancel_end(int old)
 {
 	int ignored;
 	pthread_setcancelstate(old, &ignored);
+}
+
+/* ---- lifecycle.c: the layers above join the core -----------------------------------
+ * The core calls no function of the layers above it (tests/layers.sh).
+ * What they must do at its initialisation, around fork and at exit, each
+ * layer above gives it as a struct hp_part, and what the core must start,
+ * wake or tell the threads of, the threads layer gives it as a struct
+ * hp_background: each joins from a constructor of its own (control.c,
+ * janitor.c).  Until a layer has joined the core runs without it -- no
+ * thread, no control directory -- as it does for the moments before the
+ * library's constructors run (a preloaded malloc called from another
+ * library's constructor); a part that joins after the core's
+ * initialisation is initialised as it joins.  A program that links the
+ * core's archive (tests, hpctl) pulls both joins in by AM_LDFLAGS'
+ * -Wl,-u (HP_JOIN_ANCHORS). */
+enum hp_slot {
+	SLOT_CONTROL, /* control/: its locks nest outside knobs.c's */
+	SLOT_THREADS, /* threads/: theirs inside release.c's */
+	SLOT_COUNT
+};
+struct hp_part {
+	void (*init)(void);         /* once per process, init_lock held */
+	void (*fork)(int phase);    /* its modules' fork hooks (fork_in_order) */
+	void (*exit)(void);         /* at exit */
+	void (*tool_mode)(void);    /* hpctl: nothing of its own (lifecycle_tool_mode) */
+};
+struct hp_background {
+	void (*start)(void);        /* a huge block was mapped: the janitor may start */
+	void (*wake)(void);         /* the janitor: a deadline moved, work waits */
+	bool (*running)(void);      /* a janitor runs (else the core decays on free) */
+	/* a fresh block, still its allocating thread's: the populate workers
+	 * may fault it ahead */
+	void (*fresh)(const struct hp_map *m);
+	/* the block at addr leaves the registry: no worker inside it once this
+	 * returns; *base_off, *base_len (may be NULL): its part still on base
+	 * pages (populate.c) */
+	void (*forget)(const void *addr, size_t *base_off, size_t *base_len);
+};
+HP_HIDDEN void hp_join(enum hp_slot slot, const struct hp_part *part);
+HP_HIDDEN void hp_join_background(const struct hp_background *bg);
+HP_HIDDEN extern _Atomic(const struct hp_background *) hp_background;
+/* The anchors AM_LDFLAGS' -Wl,-u names, so that a static link of the
+ * core's archive pulls in each layer's join (control.c, janitor.c). */
+HP_HIDDEN extern const int hp_control_joins, hp_threads_joins;
+
+static inline const struct hp_background *background(void)
+{
+	return atomic_load_explicit(&hp_background, memory_order_acquire);
+}
+static inline void background_start(void)
+{
+	const struct hp_background *bg = background();
+	if (bg)
+		bg->start();
+}
+static inline void background_wake(void)
+{
+	const struct hp_background *bg = background();
+	if (bg)
+		bg->wake();
+}
+static inline bool background_running(void)
+{
+	const struct hp_background *bg = background();
+	return bg && bg->running();
+}
+static inline void background_fresh(const struct hp_map *m)
+{
+	const struct hp_background *bg = background();
+	if (bg)
+		bg->fresh(m);
+}
+static inline void background_forget(const void *addr, size_t *base_off, size_t *base_len)
+{
+	const struct hp_background *bg = background();
+	if (bg) {
+		bg->forget(addr, base_off, base_len);
+		return;
+	}
+	if (base_off)
+		*base_off = 0;
+	if (base_len)
+		*base_len = 0;
+}
+/* A part's fork hook: its modules' hooks, outermost first to prepare,
+ * innermost first after (as lifecycle.c's table). */
+static inline void fork_in_order(void (*const hooks[])(int), size_t n, int phase)
+{
+	if (phase == FORK_PREPARE)
+		for (size_t i = 0; i < n; i++)
+			hooks[i](phase);
+	else
+		for (size_t i = n; i-- > 0;)
+			hooks[i](phase);
 }
 
 /* ---- lifecycle.c -------------------------------------------------------------- */

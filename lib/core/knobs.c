@@ -460,7 +460,7 @@ static void refresh(int knob, uint64_t before)
 	atomic_store(&hp_knob_values[knob], now);
 	if (now != before) {
 		stat_add(HP_STAT_CONFIG_GENERATION, 1);
-		janitor_wake();
+		background_wake();
 	}
 }
 

@@ -1,7 +1,9 @@
-/* Lazy initialisation, fork handling and exit.
+/* Lazy initialisation, fork handling and exit -- of the core, and of the
+ * layers above it, which join it (hp_join, hp_join_background: internal.h
+ * says how and why).
  *
- * Nothing runs at load time: the first hp_* call reads the knobs and the
- * control directory.  No thread is started here: the janitor comes with
+ * Nothing runs at load time but the joins: the first hp_* call reads the
+ * knobs and, once the control plane has joined, the control directory.  No thread is started here: the janitor comes with
  * the first huge block (janitor.c says why).  Initialisation reads files
  * and may log, with init_lock held: it is no cancellation point (see
  * HP_NOCANCEL_BEGIN).  Around fork every internal lock is taken (so no
@@ -56,10 +58,65 @@ static void init_fork(int phase)
 		atomic_store_explicit(&hp_initialized, 0, memory_order_release);
 }
 
-/* Every module's fork hook, in the order the code nests their locks. */
+/* ---- the layers above ---------------------------------------------------------------- */
+
+static _Atomic(const struct hp_part *) parts[SLOT_COUNT];
+_Atomic(const struct hp_background *) hp_background;
+
+static const struct hp_part *part(enum hp_slot slot)
+{
+	return atomic_load_explicit(&parts[slot], memory_order_acquire);
+}
+
+static void init_part(const struct hp_part *p)
+{
+	initializing = true;
+	hp_inside++; /* init reads files: their mallocs are libc's */
+	if (p->init)
+		p->init();
+	hp_inside--;
+	initializing = false;
+}
+
+void hp_join(enum hp_slot slot, const struct hp_part *p)
+{
+	pthread_mutex_lock(&init_lock);
+	atomic_store_explicit(&parts[slot], p, memory_order_release);
+	if (once_done) /* the core was initialised before this layer joined */
+		init_part(p);
+	if (tool_mode && p->tool_mode)
+		p->tool_mode();
+	pthread_mutex_unlock(&init_lock);
+}
+
+void hp_join_background(const struct hp_background *bg)
+{
+	atomic_store_explicit(&hp_background, bg, memory_order_release);
+}
+
+static void fork_part(enum hp_slot slot, int phase)
+{
+	const struct hp_part *p = part(slot);
+	if (p && p->fork)
+		p->fork(phase);
+}
+
+static void control_part_fork(int phase)
+{
+	fork_part(SLOT_CONTROL, phase);
+}
+
+static void threads_part_fork(int phase)
+{
+	fork_part(SLOT_THREADS, phase);
+}
+
+/* Every module's fork hook, in the order the code nests their locks; each
+ * layer above in its slot (control: control, publish; threads: ring,
+ * janitor, populate). */
 static void (*const fork_hooks[])(int) = {
-	init_fork, control_fork, publish_fork, knobs_fork, heap_fork, shared_fork,
-	release_fork, ring_fork, janitor_fork, populate_fork, stats_fork, memcg_fork, registry_fork,
+	init_fork, control_part_fork, knobs_fork, heap_fork, shared_fork,
+	release_fork, threads_part_fork, stats_fork, memcg_fork, registry_fork,
 };
 #define NHOOKS (sizeof(fork_hooks) / sizeof(fork_hooks[0]))
 
@@ -124,7 +181,11 @@ static void child_after_fork(void)
 
 static void at_exit(void)
 {
-	publish_exit();
+	for (int slot = 0; slot < SLOT_COUNT; slot++) {
+		const struct hp_part *p = part(slot);
+		if (p && p->exit)
+			p->exit();
+	}
 }
 
 /* Fork handlers exist before anything can take init_lock: a fork while
@@ -140,7 +201,11 @@ static void init_locked(void)
 	hp_inside++; /* init reads files: their mallocs are libc's */
 	if (!once_done) {
 		knobs_init(!tool_mode);
-		control_init();
+		for (int slot = 0; slot < SLOT_COUNT; slot++) {
+			const struct hp_part *p = part(slot);
+			if (p && p->init)
+				p->init();
+		}
 		atexit(at_exit);
 		once_done = true;
 	}
@@ -171,9 +236,12 @@ void lifecycle_tool_mode(void)
 {
 	pthread_mutex_lock(&init_lock);
 	tool_mode = true;
+	for (int slot = 0; slot < SLOT_COUNT; slot++) {
+		const struct hp_part *p = part(slot);
+		if (p && p->tool_mode)
+			p->tool_mode();
+	}
 	pthread_mutex_unlock(&init_lock);
-	janitor_forbid();
-	publish_disable();
 }
 
 /* configure.ac's AC_INIT is the one place the version is written. */

@@ -176,3 +176,33 @@ void janitor_fork(int phase)
 	atomic_store(&start_tried, false);
 	atomic_store(&hp_counters[HP_STAT_JANITOR_ACTIVE], 0);
 }
+
+/* ---- the threads layer joins the core (internal.h: "the layers above join") ------- */
+
+static void threads_fork(int phase)
+{
+	/* the order their locks nest in: sq_lock, wake_lock, pop_lock */
+	static void (*const hooks[])(int) = {ring_fork, janitor_fork, populate_fork};
+	fork_in_order(hooks, sizeof(hooks) / sizeof(hooks[0]), phase);
+}
+
+static const struct hp_part threads_part = {
+	.fork = threads_fork,
+	.tool_mode = janitor_forbid,
+};
+
+static const struct hp_background threads_background = {
+	.start = janitor_start,
+	.wake = janitor_wake,
+	.running = janitor_running,
+	.fresh = populate_fresh,
+	.forget = populate_forget,
+};
+
+const int hp_threads_joins = 1; /* the anchor AM_LDFLAGS names */
+
+__attribute__((constructor)) static void threads_join(void)
+{
+	hp_join_background(&threads_background);
+	hp_join(SLOT_THREADS, &threads_part);
+}
