@@ -8,11 +8,12 @@
  * door) and hpctl's write of a hugetlb pool's size, every read of the
  * files that say which memory cgroup the process is in and what it may use
  * (memcg.c decides what they mean), and every other read of /proc (smaps,
- * numa_maps, statm, comm, a pid's stat, our pid namespace; for hpctl its
- * mounts, meminfo, the io_uring sysctl and its own executable).  Modelled
- * on mimalloc's "primitive" layer (include/mimalloc/prim.h, src/prim/;
- * even its _mi_prim_process_info, the RSS, is read there): the files that
- * decide or interpret -- os.c (private blocks), shared.c, numa.c, thp.c,
+ * numa_maps, statm, comm, a pid's stat and environ, the processes there
+ * are, our pid namespace; for hpctl its mounts, meminfo, the io_uring
+ * sysctl and its own executable).  Modelled on mimalloc's "primitive"
+ * layer (include/mimalloc/prim.h, src/prim/; even its
+ * _mi_prim_process_info, the RSS, is read there): the files that decide
+ * or interpret -- os.c (private blocks), shared.c, numa.c, thp.c,
  * memcg.c, smaps.c, numa_maps.c, publish.c, peers.c, and hpctl through
  * private.h -- call these and nothing below them, so one file knows each
  * system call's flags and each kernel file's path, and a staged sysfs
@@ -40,6 +41,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,21 +458,18 @@ static void sort_sizes(size_t *v, int n)
 		}
 }
 
-/* Each entry's name in dir (below the root) to fn: 0, or -1 if dir cannot
- * be opened.  getdents64 into the stack: opendir would allocate.  errno as
- * it was. */
-static int each_entry(const char *dir, void (*fn)(const char *name, void *arg), void *arg)
+/* Each entry's name in the directory at path to fn: 0, or -1 + errno (the
+ * kernel's) if it cannot be opened.  getdents64 into the stack: opendir
+ * would allocate. */
+static int each_entry_at(const char *path, void (*fn)(const char *name, void *arg), void *arg)
 {
-	char path[512], buf[4096] __attribute__((aligned(8)));
-	HP_ERRNO_SAVE;
+	char buf[4096] __attribute__((aligned(8)));
 	ssize_t n;
 
-	snprintf(path, sizeof(path), "%s/%s", sysfs, dir);
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		HP_ERRNO_RESTORE;
+	if (fd < 0)
 		return -1;
-	}
+	HP_ERRNO_SAVE;
 	while ((n = getdents64(fd, buf, sizeof(buf))) > 0)
 		for (ssize_t off = 0; off < n;) {
 			struct dirent64 *e = (struct dirent64 *)(buf + off);
@@ -480,6 +479,19 @@ static int each_entry(const char *dir, void (*fn)(const char *name, void *arg), 
 	close(fd);
 	HP_ERRNO_RESTORE;
 	return 0;
+}
+
+/* Each entry's name in dir (below the root) to fn: 0, or -1 if dir cannot
+ * be opened.  errno as it was. */
+static int each_entry(const char *dir, void (*fn)(const char *name, void *arg), void *arg)
+{
+	char path[512];
+	HP_ERRNO_SAVE;
+
+	snprintf(path, sizeof(path), "%s/%s", sysfs, dir);
+	int rc = each_entry_at(path, fn, arg);
+	HP_ERRNO_RESTORE;
+	return rc;
 }
 
 struct sizes_found {
@@ -632,7 +644,8 @@ int prim_node_read(int node, const char *file, char *buf, size_t len)
 
 /* ---- lines of a file -------------------------------------------------------------- */
 
-/* Each line of fd to fn, without its newline, until fn returns non-zero
+/* Each line of fd to fn, without its end (the byte end: '\n', or '\0'
+ * for the strings of an environ), until fn returns non-zero
  * (returned; 0 at the end).  The lines are read into buf (cap bytes, the
  * caller's stack).  A line that does not fit: with grow, buf becomes a
  * private mapping twice as large (up to PROC_LINE_MAX; no malloc, which
@@ -640,8 +653,8 @@ int prim_node_read(int node, const char *file, char *buf, size_t len)
  * none to be had or the line is longer still; without grow the line is
  * skipped (the cgroup files' lines are short: a long one is not ours). */
 #define PROC_LINE_MAX ((size_t)1 << 20)
-static int each_line_fd(int fd, char *buf, size_t cap, bool grow, int (*fn)(char *line, void *arg),
-			void *arg)
+static int each_line_fd(int fd, char end, char *buf, size_t cap, bool grow,
+			int (*fn)(char *line, void *arg), void *arg)
 {
 	char *const stack = buf;
 	size_t have = 0;
@@ -653,7 +666,7 @@ static int each_line_fd(int fd, char *buf, size_t cap, bool grow, int (*fn)(char
 		have += (size_t)n;
 		buf[have] = '\0';
 		char *line = buf, *nl;
-		while (rc == 0 && (nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+		while (rc == 0 && (nl = memchr(line, end, have - (size_t)(line - buf)))) {
 			*nl = '\0';
 			if (!skipping)
 				rc = fn(line, arg);
@@ -702,7 +715,7 @@ static int each_line(const char *path, int (*fn)(char *line, void *arg), void *a
 		HP_ERRNO_RESTORE;
 		return -1;
 	}
-	int rc = each_line_fd(fd, buf, sizeof(buf), false, fn, arg);
+	int rc = each_line_fd(fd, '\n', buf, sizeof(buf), false, fn, arg);
 	close(fd);
 	HP_ERRNO_RESTORE;
 	return rc;
@@ -744,7 +757,8 @@ ssize_t prim_proc_read(const char *rel, char *buf, size_t len)
 	return n;
 }
 
-int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg)
+/* Each piece of /proc/<rel> ending in end to fn: prim_proc_lines() says how. */
+static int proc_pieces(const char *rel, char end, int (*fn)(char *line, void *arg), void *arg)
 {
 	char path[128], buf[4096];
 	if (proc_path(rel, path, sizeof(path)) < 0)
@@ -753,7 +767,7 @@ int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg
 	if (fd < 0)
 		return -1;
 	HP_ERRNO_SAVE;
-	int rc = each_line_fd(fd, buf, sizeof(buf), true, fn, arg);
+	int rc = each_line_fd(fd, end, buf, sizeof(buf), true, fn, arg);
 	int err = errno;
 	close(fd);
 	if (rc < 0)
@@ -761,6 +775,43 @@ int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg
 	else
 		HP_ERRNO_RESTORE;
 	return rc;
+}
+
+int prim_proc_lines(const char *rel, int (*fn)(char *line, void *arg), void *arg)
+{
+	return proc_pieces(rel, '\n', fn, arg);
+}
+
+int prim_proc_strings(const char *rel, int (*fn)(char *str, void *arg), void *arg)
+{
+	return proc_pieces(rel, '\0', fn, arg);
+}
+
+struct pids_found {
+	void (*fn)(long pid, void *arg);
+	void *arg;
+};
+
+/* A process's directory of /proc: digits alone, no leading zero, an int. */
+static void take_pid(const char *name, void *arg)
+{
+	struct pids_found *f = arg;
+	long pid = 0;
+
+	if (name[0] < '1' || name[0] > '9')
+		return;
+	for (const char *c = name; *c; c++) {
+		if (*c < '0' || *c > '9' || pid > (INT_MAX - 9) / 10)
+			return;
+		pid = pid * 10 + (*c - '0');
+	}
+	f->fn(pid, f->arg);
+}
+
+int prim_proc_pids(void (*fn)(long pid, void *arg), void *arg)
+{
+	struct pids_found f = {.fn = fn, .arg = arg};
+	return each_entry_at(PROC, take_pid, &f);
 }
 
 ssize_t prim_proc_readlink(const char *rel, char *buf, size_t len)

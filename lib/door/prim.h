@@ -4,12 +4,13 @@
  * get/set_mempolicy, memfd_create, ftruncate and seal, every read of the
  * hugetlb, THP and NUMA node files of sysfs (the nodes and their CPUs: not
  * libnuma's), of the memory cgroup's files, and of /proc (smaps,
- * numa_maps, statm, comm, a pid's stat, our pid namespace; hpctl's mounts,
- * meminfo, sysctls and own executable), and hpctl's one write: a hugetlb
- * pool's size (prim_pool_write).  Modelled on
- * mimalloc's include/mimalloc/prim.h: os.c, shared.c, numa.c, thp.c,
- * populate.c, memcg.c, smaps.c, numa_maps.c, publish.c, peers.c and
- * hpctl decide and interpret, prim.c carries out and reads.
+ * numa_maps, statm, comm, a pid's stat and environ, the processes there
+ * are, our pid namespace; hpctl's mounts, meminfo, sysctls and own
+ * executable), and hpctl's one write: a hugetlb pool's size
+ * (prim_pool_write).  Modelled on mimalloc's include/mimalloc/prim.h:
+ * os.c, shared.c, numa.c, thp.c, populate.c, memcg.c, smaps.c,
+ * numa_maps.c, publish.c, peers.c and hpctl decide and interpret, prim.c
+ * carries out and reads.
  * tests/prim-door.sh fails on a /proc or /sys path, a memory system call,
  * a libnuma call or an open of a path built here in any other file of lib/
  * or tools/ (and of the Python extension).  Rules (prim.c's first comment says
@@ -131,6 +132,16 @@ HP_HIDDEN int prim_random(void *buf, size_t len);
 /* The device and inode numbers of /proc/<rel> (stat(2), links followed:
  * "self/ns/pid" names our pid namespace); -1 + errno. */
 HP_HIDDEN int prim_proc_ident(const char *rel, unsigned long long *dev, unsigned long long *ino);
+/* Each NUL-terminated string of /proc/<rel> ("<pid>/environ"), whole
+ * whatever its length, to fn, as prim_proc_lines() (private.h) gives
+ * lines: until fn returns non-zero, which is returned; 0 at the end, errno
+ * as it was; -1 + errno if the file cannot be opened (ENOENT: the process
+ * is gone; EACCES: not ours to read), or ENOMEM for a string over 1 MiB. */
+HP_HIDDEN int prim_proc_strings(const char *rel, int (*fn)(char *str, void *arg), void *arg);
+/* Each process /proc shows (its <pid> directories; no threads) to fn, in
+ * the order the kernel lists them: 0, errno as it was, or -1 + errno if
+ * /proc cannot be opened. */
+HP_HIDDEN int prim_proc_pids(void (*fn)(long pid, void *arg), void *arg);
 /* /proc/vmstat: the values of the n counters named keys into out (those not
  * found left as they were): how many were found, -1 if unreadable. */
 HP_HIDDEN int prim_vmstat(const char *const *keys, unsigned long long *out, int n);
