@@ -403,6 +403,23 @@ HP_API int hp_proc_self(struct hp_proc *out);
  * in *len unless NULL) for the caller to free(); NULL + ENOMEM, or EINVAL
  * for procs NULL with count > 0.  See hp_proc_get(3) for the names. */
 HP_API char *hp_proc_prometheus(const struct hp_proc *procs, size_t count, size_t *len);
+/* The processes started with the environment variable var set, whether or
+ * not they publish (one that never had a huge block has no entry yet): each
+ * process of this pid namespace whose environment as it was started
+ * (/proc/<pid>/environ: what setenv() does later does not show) sets var.
+ * A process we may not read (another user's) or that is gone is left out.
+ * *out a malloc'ed array sorted by pid (NULL when there are none), *count
+ * entries, for the caller to free(); value and comm read as the entries'
+ * strings do (not printable UTF-8: '?').  -1 + errno, *out and *count as
+ * they were: EINVAL for var NULL, empty or containing '=' (or out or
+ * count NULL); ENOENT: no /proc of this pid namespace; ENOMEM. */
+#define HP_PROC_MARK_MAX 256
+struct hp_proc_mark {
+	long pid;
+	char value[HP_PROC_MARK_MAX];   /* var's value, cut to fit          */
+	char comm[HP_PROC_COMM_MAX];    /* /proc/<pid>/comm, "" if unknown  */
+};
+HP_API int hp_proc_marked(const char *var, struct hp_proc_mark **out, size_t *count);
 
 /* ---- NUMA placement ------------------------------------------------------
  * The `numa` knob places hpalloc's own huge mappings (mbind before their

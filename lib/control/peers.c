@@ -1,5 +1,7 @@
 /* The peers: every process's published entry, read back -- hp_proc_get(),
- * hp_proc_list() -- and judged stale or alive.
+ * hp_proc_list() -- and judged stale or alive; and the processes started
+ * with a variable set, whether or not they publish (hp_proc_marked(): how
+ * hpalloc.ray finds its workers).
  *
  * publish.c writes <control dir>/proc/<pid>/stats (format in internal.h);
  * this file is its only reader -- hpctl, the Python package and the Dask
@@ -546,4 +548,106 @@ void hp_proc_list_free(struct hp_proc_list *list)
 	free(list->procs);
 	free(list->pruned);
 	memset(list, 0, sizeof(*list));
+}
+
+/* ---- the processes started with a variable set ------------------------------- */
+
+struct env_want {
+	const char *var;
+	size_t len;
+	char *value;    /* the caller's, cap bytes */
+	size_t cap;
+};
+
+/* One string of an environ: 1 (stop) once it is var=value, as getenv()
+ * would find it (the first of two wins). */
+static int env_match(char *s, void *arg)
+{
+	struct env_want *w = arg;
+
+	if (strncmp(s, w->var, w->len) != 0 || s[w->len] != '=')
+		return 0;
+	snprintf(w->value, w->cap, "%s", s + w->len + 1);
+	return 1;
+}
+
+struct marked {
+	const char *var;
+	struct hp_proc_mark *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+/* Process pid, if its starting environment sets the variable. */
+static void take_marked(long pid, void *arg)
+{
+	struct marked *m = arg;
+	struct hp_proc_mark one = {.pid = pid};
+	struct env_want w = {m->var, strlen(m->var), one.value, sizeof(one.value)};
+	char rel[32];
+	ssize_t n;
+
+	if (m->nomem)
+		return;
+	snprintf(rel, sizeof(rel), "%ld/environ", pid);
+	if (prim_proc_strings(rel, env_match, &w) != 1)
+		return; /* not set, not ours to read, or gone */
+	snprintf(rel, sizeof(rel), "%ld/comm", pid);
+	n = prim_proc_read(rel, one.comm, sizeof(one.comm));
+	if (n < 0 && (errno == ENOENT || errno == ESRCH))
+		return; /* gone since */
+	if (n < 0)
+		one.comm[0] = '\0';
+	one.comm[strcspn(one.comm, "\n")] = '\0';
+	printable(one.value);
+	printable(one.comm);
+	if (!grow((void **)&m->v, m->n, &m->cap, sizeof(*m->v))) {
+		m->nomem = true;
+		return;
+	}
+	m->v[m->n++] = one;
+}
+
+static int by_mark_pid(const void *a, const void *b)
+{
+	const struct hp_proc_mark *x = a, *y = b;
+
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static int proc_marked(const char *var, struct hp_proc_mark **out, size_t *count)
+{
+	struct marked m = {.var = var};
+	int saved = errno;
+
+	if (!var || !*var || strchr(var, '=') || !out || !count) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* pids mean something only in /proc's own namespace */
+	if (!proc_is_ours()) {
+		errno = ENOENT;
+		return -1;
+	}
+	if (prim_proc_pids(take_marked, &m) != 0 || m.nomem) {
+		if (m.nomem)
+			errno = ENOMEM;
+		free(m.v);
+		return -1;
+	}
+	if (m.n > 1)
+		qsort(m.v, m.n, sizeof(*m.v), by_mark_pid);
+	*out = m.v;
+	*count = m.n;
+	errno = saved;
+	return 0;
+}
+
+/* It reads /proc: no cancellation point (see HP_NOCANCEL_BEGIN). */
+int hp_proc_marked(const char *var, struct hp_proc_mark **out, size_t *count)
+{
+	HP_NOCANCEL_BEGIN;
+	int rc = proc_marked(var, out, count);
+	HP_NOCANCEL_END;
+	return rc;
 }
