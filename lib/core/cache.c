@@ -5,7 +5,7 @@
  * freed first; one LRU list for the bounds and for decay.
  *
  * What it may keep, each rule here, and one answer for all of them
- * (room_now; keep_within gives back what it has no place for) -- the facts
+ * (room_now; over_room takes out what it has no place for) -- the facts
  * it needs are others' measures: memcg.c the cgroup's limit and working
  * set, smaps.c the process's resident memory, small.c what libc has learnt:
  *   - cache_max, the oldest out first (trim_to);
@@ -510,7 +510,7 @@ static struct hp_block *trim_idle(uint64_t idle_ms, uint64_t now_ms, struct hp_b
 /* ---- what the cache may keep now -----------------------------------------------------
  * The rules above as one answer, asked by every entry point that decides
  * what stays (cache_put, cache_expire, the give-backs below): room_now()
- * says it, keep_within() hands what it does not allow to release.c
+ * says it, over_room() takes out what it does not allow, for release.c
  * (give).  A block's own rules stay the block's, decided as it enters:
  * whether it is clean (cache_before_put) and whether it stays resident,
  * as libc would have kept it, or is offered (keep_resident). */
@@ -539,48 +539,34 @@ static inline __attribute__((always_inline)) struct room room_now(size_t charged
 	};
 }
 
-/* hp_heap_lock held: the blocks the room has no place for, to release.c;
- * *next_deadline_ms (if asked, with the decay in the room) when the oldest
- * left is due to decay.  Both inlined: cache_put is on every free's path,
- * and out of line they cost it 50 instructions (make bench-paths). */
-static inline __attribute__((always_inline)) void keep_within(struct room r, uint64_t now_ms,
-							   uint64_t *next_deadline_ms)
+/* hp_heap_lock held: the blocks the room has no place for, out of the
+ * cache (for give); *next_deadline_ms (if asked, with the decay in the
+ * room) when the oldest left is due to decay.  Both inlined: cache_put is
+ * on every free's path, and out of line they cost it 50 instructions (make
+ * bench-paths). */
+static inline __attribute__((always_inline)) struct hp_block *
+over_room(struct room r, uint64_t now_ms, uint64_t *next_deadline_ms)
 {
 	struct hp_block *out = trim_to(r.bytes, NULL);
 	if (r.charged != SIZE_MAX)
 		out = trim_charged_to(r.charged, out);
 	if (r.idle_ms != UINT64_MAX)
 		out = trim_idle(r.idle_ms, now_ms, out);
-	give(out);
 	if (next_deadline_ms)
 		*next_deadline_ms = lru_oldest ? lru_oldest->cached_at_ms + r.idle_ms : UINT64_MAX;
+	return out;
 }
 
 void cache_expire(uint64_t now_ms, uint64_t *next_deadline_ms)
 {
-	keep_within(room_now(charged_bytes, 0, true), now_ms, next_deadline_ms);
+	give(over_room(room_now(charged_bytes, 0, true), now_ms, next_deadline_ms));
 }
 
 static void filled(void);
 
-void cache_put(struct hp_block *b, uint64_t now_ms)
+/* hp_heap_lock held: b in, the newest of its bucket and of the LRU. */
+static void insert(struct hp_block *b, uint64_t now_ms)
 {
-	/* the headroom counts b: its pages move from live to cached */
-	struct room r = room_now(charged_bytes + (charged(b) ? b->map.len : 0), 0, false);
-
-	if (!r.fresh || b->map.len > r.bytes || (charged(b) && b->map.len > r.charged) || !b->clean) {
-		if (r.fresh && b->map.len <= r.bytes && charged(b) && b->map.len > r.charged)
-			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len);
-		unkeep(b);
-		b->next = NULL;
-		give(b);
-		return;
-	}
-	/* room for b beside the others */
-	r.bytes -= b->map.len;
-	if (charged(b) && r.charged != SIZE_MAX)
-		r.charged -= b->map.len;
-	keep_within(r, now_ms, NULL);
 	b->cached_at_ms = now_ms;
 	b->bucket = bucket_of(b->map.len);
 	b->prev = NULL;
@@ -605,6 +591,28 @@ void cache_put(struct hp_block *b, uint64_t now_ms)
 	stat_add(HP_STAT_CACHED_RECLAIMABLE_BYTES, b->reclaimable);
 }
 
+void cache_put(struct hp_block *b, uint64_t now_ms)
+{
+	/* the headroom counts b: its pages move from live to cached */
+	struct room r = room_now(charged_bytes + (charged(b) ? b->map.len : 0), 0, false);
+	struct hp_block *out;
+
+	if (!b->clean || !r.fresh || b->map.len > r.bytes || (charged(b) && b->map.len > r.charged)) {
+		if (b->clean && r.fresh && b->map.len <= r.bytes && charged(b))
+			stat_add(HP_STAT_MEMCG_RELEASED_BYTES, b->map.len); /* the cgroup's share alone refused it */
+		unkeep(b);
+		b->next = NULL;
+		out = b;
+	} else { /* room for b beside the others */
+		r.bytes -= b->map.len;
+		if (charged(b) && r.charged != SIZE_MAX)
+			r.charged -= b->map.len;
+		out = over_room(r, now_ms, NULL);
+		insert(b, now_ms);
+	}
+	give(out);
+}
+
 /* ---- giving back, outside the lock ------------------------------------------------
  * The entry points below are called without hp_heap_lock: they measure
  * first (files, statm: no lock held), then take the lock for the cache's
@@ -616,7 +624,7 @@ void cache_put(struct hp_block *b, uint64_t now_ms)
 static void give_back(size_t rss_excess, bool sync, uint64_t *next_deadline_ms)
 {
 	pthread_mutex_lock(&hp_heap_lock);
-	keep_within(room_now(charged_bytes, rss_excess, true), hp_now_ms(), next_deadline_ms);
+	give(over_room(room_now(charged_bytes, rss_excess, true), hp_now_ms(), next_deadline_ms));
 	pthread_mutex_unlock(&hp_heap_lock);
 	release_flush(sync);
 }

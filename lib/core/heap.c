@@ -224,20 +224,19 @@ static bool inherited(const struct hp_block *b)
 	return b->fork_gen != heap_fork_gen;
 }
 
-/* hp_heap_lock held, b just taken out of the registry: into the cache or
- * to release.c, in the same critical section, so a fork never finds it
- * owned by nobody.  Without a janitor the cache decays here, on free.  The
- * caller calls release_flush() once unlocked. */
+/* hp_heap_lock held, b just taken out of the registry: to the cache, which
+ * keeps it or hands it to release.c, in the same critical section, so a
+ * fork never finds it owned by nobody.  An inherited block is never clean
+ * (hp_free does not make it so: its pages are the parent's too), so the
+ * cache never keeps one.  Without a janitor the cache decays here, on
+ * free.  The caller calls release_flush() once unlocked. */
 static void retire_locked(struct hp_block *b)
 {
 	uint64_t now = hp_now_ms(), deadline;
 
 	stats_block_live(b, false);
 	b->next = NULL;
-	if (inherited(b))
-		release_adopt(b);
-	else
-		cache_put(b, now);
+	cache_put(b, now);
 	if (!background_running())
 		cache_expire(now, &deadline);
 }

@@ -94,6 +94,7 @@
 #include "../base.h"      /* sizes, alignment, visibility */
 #include "private.h"      /* what hpctl may call too */
 #include "../door/prim.h" /* the kernel calls: memory syscalls, sysfs, /proc */
+#include "stats.h"        /* the counters */
 
 #include <errno.h>
 #include <pthread.h>
@@ -636,27 +637,6 @@ HP_HIDDEN void populate_forget(const void *addr, size_t *base_off, size_t *base_
  * stage a machine where huge pages are dear, or cheap; 0, 0: a process
  * that has measured nothing yet (its next block probes first). */
 HP_HIDDEN void populate_figures_stage(uint64_t huge_ns, uint64_t base_ns);
-
-/* ---- stats.c ------------------------------------------------------------------- */
-HP_HIDDEN extern _Atomic uint64_t hp_counters[HP_STAT_COUNT];
-static inline void stat_add(int s, uint64_t n)
-{
-	atomic_fetch_add_explicit(&hp_counters[s], n, memory_order_relaxed);
-}
-static inline void stat_sub(int s, uint64_t n)
-{
-	atomic_fetch_sub_explicit(&hp_counters[s], n, memory_order_relaxed);
-}
-HP_HIDDEN void stats_live_add(int backend, size_t bytes);
-HP_HIDDEN void stats_live_sub(int backend, size_t bytes);
-HP_HIDDEN void stats_block_live(const struct hp_block *b, bool live);
-/* An allocation that fails (huge or small path): counted, and ENOMEM. */
-static inline void *fail_enomem(void)
-{
-	stat_add(HP_STAT_FAILURES, 1);
-	errno = ENOMEM;
-	return NULL;
-}
 
 /* ---- fork: one convention for every module.  Each module with state that
  * fork can tear has a hook `<module>_fork(int phase)`: FORK_PREPARE takes

@@ -2,6 +2,7 @@
  * takes a lock and makes syscalls).  The small path counts into per-thread
  * slots instead, so it adds no shared cache-line traffic; a snapshot sums
  * the slots of live threads plus what exited threads left behind. */
+#include "stats.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -157,35 +158,45 @@ static inline void slot_add(int64_t bytes, int64_t blocks)
 static const int live_bytes_stat[HP_BACKEND_COUNT] = {
 	HP_STAT_SMALL_LIVE_BYTES, HP_STAT_THP_LIVE_BYTES, HP_STAT_HUGETLB_LIVE_BYTES};
 
-void stats_live_add(int backend, size_t bytes)
+/* A counter of this file's moved by a signed delta: the counters are
+ * modular, so a negative delta added subtracts it. */
+static inline void gauge_move(int s, int64_t delta)
+{
+	atomic_fetch_add_explicit(&hp_counters[s], (uint64_t)delta, memory_order_relaxed);
+}
+
+/* The live gauges of a backend: bytes and blocks (the small path's in this
+ * thread's slot). */
+static inline void live_move(int backend, int64_t bytes, int64_t blocks)
 {
 	if (backend == HP_BACKEND_SMALL) {
-		slot_add((int64_t)bytes, 1);
+		slot_add(bytes, blocks);
 		return;
 	}
-	stat_add(live_bytes_stat[backend], bytes);
-	stat_add(live_bytes_stat[backend] + 1, 1);
+	gauge_move(live_bytes_stat[backend], bytes);
+	gauge_move(live_bytes_stat[backend] + 1, blocks);
+}
+
+void stats_live_add(int backend, size_t bytes)
+{
+	live_move(backend, (int64_t)bytes, 1);
 }
 
 void stats_live_sub(int backend, size_t bytes)
 {
-	if (backend == HP_BACKEND_SMALL) {
-		slot_add(-(int64_t)bytes, -1);
-		return;
-	}
-	stat_sub(live_bytes_stat[backend], bytes);
-	stat_sub(live_bytes_stat[backend] + 1, 1);
+	live_move(backend, -(int64_t)bytes, -1);
 }
 
 /* A huge block becomes live (or stops being live): by backend and origin. */
 void stats_block_live(const struct hp_block *b, bool live)
 {
+	int64_t bytes = (int64_t)b->map.len;
 	if (live) {
-		stats_live_add(b->map.backend, b->map.len);
-		stat_add(HP_STAT_API_HUGE_BYTES + b->origin, b->map.len);
+		live_move(b->map.backend, bytes, 1);
+		gauge_move(HP_STAT_API_HUGE_BYTES + b->origin, bytes);
 	} else {
-		stats_live_sub(b->map.backend, b->map.len);
-		stat_sub(HP_STAT_API_HUGE_BYTES + b->origin, b->map.len);
+		live_move(b->map.backend, -bytes, -1);
+		gauge_move(HP_STAT_API_HUGE_BYTES + b->origin, -bytes);
 	}
 }
 
