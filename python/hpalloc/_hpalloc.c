@@ -625,6 +625,38 @@ static PyObject *py_processes(PyObject *self, PyObject *noargs)
 	return list;
 }
 
+/* The processes started with var set (hp_proc_marked: the library reads
+ * their environ and comm), published or not: hpalloc.ray's workers. */
+static PyObject *py_marked(PyObject *self, PyObject *args)
+{
+	(void)self;
+	const char *var;
+	struct hp_proc_mark *v = NULL;
+	size_t n = 0;
+	int rc;
+	if (!PyArg_ParseTuple(args, "s:marked", &var))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = hp_proc_marked(var, &v, &n);
+	Py_END_ALLOW_THREADS
+	if (rc != 0 && errno == EINVAL)
+		return PyErr_Format(PyExc_ValueError, "not an environment variable's name: %R",
+				    PyTuple_GET_ITEM(args, 0));
+	if (rc != 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	PyObject *list = PyList_New(0);
+	for (size_t i = 0; list != NULL && i < n; i++) {
+		PyObject *d = PyDict_New();
+		if (d == NULL || add_ull(d, "pid", (unsigned long long)v[i].pid) ||
+		    add_str(d, "value", v[i].value) || add_str(d, "comm", v[i].comm) ||
+		    PyList_Append(list, d) != 0)
+			Py_CLEAR(list);
+		Py_XDECREF(d);
+	}
+	free(v);
+	return list;
+}
+
 /* The Prometheus text of this process (live) or, with all, of every
  * process publishing in the control directory: the library formats it
  * (hp_proc_prometheus), as it does for `hpctl metrics`. */
@@ -786,6 +818,8 @@ static PyMethodDef methods[] = {
 	{"version", py_version, METH_NOARGS, "version() -> libhpalloc version"},
 	{"processes", py_processes, METH_NOARGS,
 	 "processes() -> [{pid, comm, start_time, alive, stats, knobs}] of every process publishing hpalloc stats"},
+	{"marked", py_marked, METH_VARARGS,
+	 "marked(var) -> [{pid, value, comm}] of every process (ours to read) started with var set (hp_proc_marked)"},
 	{"report_activation", py_report_activation, METH_VARARGS,
 	 "report_activation(adapter, ok, detail='') -> True if the line went to HPALLOC_REPORT's file (hp_report_activation)"},
 	{"prometheus", py_prometheus, METH_VARARGS,

@@ -41,7 +41,7 @@ import warnings
 
 import hpalloc_activate as _activation
 
-from . import PRELOAD_NAME, _engines, preload_library, processes as _processes
+from . import PRELOAD_NAME, _engines, _hpalloc, preload_library, processes as _processes
 
 __all__ = ["runtime_env", "setup_worker", "stats", "MARKER"]
 
@@ -140,46 +140,20 @@ def setup_worker():
 
 # ---- reading the workers back ------------------------------------------------------
 
-def _marked(pid):
-    """The value of MARKER in process pid's environment (as it started), or
-    None (not an hpalloc worker, gone, or not ours to read)."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return None
-    prefix = (MARKER + "=").encode()
-    for var in env:
-        if var.startswith(prefix):
-            return var[len(prefix):].decode(errors="replace")
-    return None
-
-
-def _comm(pid):
-    try:
-        with open("/proc/%d/comm" % pid) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def node_rows(node=None):
     """This machine's Ray workers started with hpalloc's runtime_env: one
     row each with what the process last published (hpctl stats' entries,
     read by the library), or published False and no counters for a worker
-    that never had a huge block (nothing to publish yet)."""
+    that never had a huge block (nothing to publish yet).  The library
+    finds the workers by MARKER in the environment they started with
+    (hp_proc_marked: those ours to read)."""
     entries = {e["pid"]: e for e in _processes()}
     rows = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        mark = _marked(pid)
-        if mark is None:
-            continue
+    for mark in _hpalloc.marked(MARKER):
+        pid = mark["pid"]
         entry = entries.get(pid)
-        row = {"node": node, "pid": pid, "comm": _comm(pid),
-               "preloaded": mark == "preload", "published": entry is not None}
+        row = {"node": node, "pid": pid, "comm": mark["comm"] or None,
+               "preloaded": mark["value"] == "preload", "published": entry is not None}
         if entry is not None:
             row.update(entry["stats"])
             row.update({k: v["value"] for k, v in entry["knobs"].items()})
