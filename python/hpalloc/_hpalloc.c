@@ -640,8 +640,7 @@ static PyObject *py_marked(PyObject *self, PyObject *args)
 	rc = hp_proc_marked(var, &v, &n);
 	Py_END_ALLOW_THREADS
 	if (rc != 0 && errno == EINVAL)
-		return PyErr_Format(PyExc_ValueError, "not an environment variable's name: %R",
-				    PyTuple_GET_ITEM(args, 0));
+		return PyErr_Format(PyExc_ValueError, "not an environment variable's name: '%s'", var);
 	if (rc != 0)
 		return PyErr_SetFromErrno(PyExc_OSError);
 	PyObject *list = PyList_New(0);
